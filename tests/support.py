@@ -1,0 +1,110 @@
+"""Loopback hosting for tests: the simulator and the proxy, each in the test's own nursery.
+
+Servers run under hypercorn on 127.0.0.1 port 0 and are shut down gracefully (lifespan
+shutdown included) when the ``async with`` block ends -- not merely cancelled, which is what
+pytest-trio's built-in ``nursery`` fixture would do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import httpx2
+import trio
+
+from trio_batcher import Settings, create_app
+from trio_batcher.serving import serve_app
+from trio_batcher.simulator import SimulatorConfig, run_simulator
+
+SIM_KEY = "sk-ant-test-key-do-not-echo"
+
+# SDK clients made during a test; running_proxy closes them before it stops the server,
+# so hypercorn's graceful shutdown has no idle keep-alive connection to wait for.
+OPEN_CLIENTS: list[Any] = []
+
+
+def openai_client(url: str, **kwargs: Any) -> Any:
+    """An ``openai.AsyncOpenAI`` for the proxy at ``url``: strict validation, no retries."""
+    import openai
+
+    client = openai.AsyncOpenAI(
+        base_url=f"{url}/v1",
+        api_key=kwargs.pop("api_key", "unused"),
+        max_retries=kwargs.pop("max_retries", 0),
+        _strict_response_validation=True,
+        **kwargs,
+    )
+    OPEN_CLIENTS.append(client)
+    return client
+
+
+@dataclass
+class Sim:
+    url: str
+
+    async def stats(self) -> dict[str, Any]:
+        async with httpx2.AsyncClient() as client:
+            response = await client.get(f"{self.url}/_sim/stats")
+            response.raise_for_status()
+            data: dict[str, Any] = response.json()
+            return data
+
+    async def reset(self) -> None:
+        async with httpx2.AsyncClient() as client:
+            (await client.post(f"{self.url}/_sim/reset")).raise_for_status()
+
+
+@asynccontextmanager
+async def running_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[Sim]:
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(
+            partial(run_simulator, config or SimulatorConfig(), "127.0.0.1", 0, shutdown=stop)
+        )
+        try:
+            yield Sim(f"http://{host}:{port}")
+        finally:
+            stop.set()
+
+
+@asynccontextmanager
+async def running_proxy(settings: Settings, *, grace: float = 5.0) -> AsyncIterator[str]:
+    """Yields the proxy's base URL (without /v1)."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(
+            partial(
+                serve_app,
+                create_app(settings),
+                "127.0.0.1",
+                0,
+                shutdown=stop,
+                graceful_timeout=grace,
+            )
+        )
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            with trio.CancelScope(shield=True):
+                while OPEN_CLIENTS:
+                    await OPEN_CLIENTS.pop().close()
+            stop.set()
+
+
+def proxy_settings(sim: Sim, **changes: Any) -> Settings:
+    return Settings(anthropic_base_url=sim.url, anthropic_api_key=SIM_KEY).replace(**changes)
+
+
+@asynccontextmanager
+async def proxy_and_simulator(
+    config: SimulatorConfig | None = None, **changes: Any
+) -> AsyncIterator[tuple[str, Sim]]:
+    async with (
+        running_simulator(config) as sim,
+        running_proxy(proxy_settings(sim, **changes)) as url,
+    ):
+        yield url, sim

@@ -1,0 +1,218 @@
+"""The proxy over real loopback HTTP (hypercorn) against the simulated upstream."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+import trio
+from support import (
+    SIM_KEY,
+    openai_client,
+    proxy_and_simulator,
+    proxy_settings,
+    running_proxy,
+    running_simulator,
+)
+
+from trio_batcher import Settings
+from trio_batcher.simulator import SimulatorConfig
+
+HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello there"}]}
+
+
+def _client(url: str, **kwargs: Any) -> openai.AsyncOpenAI:
+    return openai_client(url, **kwargs)
+
+
+def _assert_openai_error(response: httpx2.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+async def test_openai_sdk_gets_a_chat_completion_with_strict_validation() -> None:
+    async with proxy_and_simulator() as (url, sim):
+        client = _client(url)
+        completion = await client.chat.completions.create(
+            model="claude-sonnet-4-5",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hello there"},
+            ],
+        )
+        assert completion.object == "chat.completion"
+        assert completion.id.startswith("chatcmpl-")
+        assert completion.model == "claude-sonnet-4-5"
+        choice = completion.choices[0]
+        assert choice.finish_reason == "stop"
+        assert choice.message.role == "assistant"
+        assert choice.message.content and "Hello there" in choice.message.content
+        assert completion.usage is not None and completion.usage.completion_tokens > 0
+        assert (
+            completion.usage.total_tokens
+            == completion.usage.prompt_tokens + completion.usage.completion_tokens
+        )
+        stats = await sim.stats()
+        assert stats["requests_total"] == 1
+
+
+async def test_models_list_is_openai_shaped() -> None:
+    async with proxy_and_simulator(default_model="claude-haiku-4-5") as (url, _sim):
+        client = _client(url)
+        models = [m async for m in client.models.list()]
+        assert models[0].id == "claude-haiku-4-5"
+        assert {m.object for m in models} == {"model"}
+        assert "claude-sonnet-4-5" in {m.id for m in models}
+        one = await client.models.retrieve("claude-sonnet-4-5")
+        assert one.id == "claude-sonnet-4-5"
+        with pytest.raises(openai.NotFoundError):
+            await client.models.retrieve("gpt-nonexistent")
+
+
+async def test_health_is_200_once_serving() -> None:
+    async with proxy_and_simulator() as (url, _sim), httpx2.AsyncClient() as http:
+        response = await http.get(f"{url}/health")
+        assert response.status_code == 200
+        assert response.json() == {"status": "ok"}
+
+
+BAD_REQUESTS: list[tuple[str, bytes, int, str | None]] = [
+    ("malformed json", b'{"model": "x", "messages": [', 400, None),
+    ("empty body", b"", 400, None),
+    ("not an object", b"[1, 2]", 400, None),
+    ("missing messages", json.dumps({"model": "claude-sonnet-4-5"}).encode(), 400, "messages"),
+    (
+        "empty messages",
+        json.dumps({"model": "claude-sonnet-4-5", "messages": []}).encode(),
+        400,
+        "messages",
+    ),
+    (
+        "unknown role",
+        json.dumps({"model": "m", "messages": [{"role": "robot", "content": "x"}]}).encode(),
+        400,
+        "messages[0].role",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "status", "param"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS]
+)
+async def test_bad_input_is_400_and_never_reaches_upstream(
+    name: str, body: bytes, status: int, param: str | None
+) -> None:
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+        response = await http.post(
+            f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
+        error = _assert_openai_error(response, status)
+        assert error["type"] == "invalid_request_error"
+        if param is not None:
+            assert error["param"] == param
+        assert (await sim.stats())["requests_total"] == 0
+
+
+async def test_unknown_route_is_404_json_and_wrong_method_is_405() -> None:
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+        error = _assert_openai_error(await http.get(f"{url}/v1/nope"), 404)
+        assert "/v1/nope" in error["message"]
+        response = await http.get(f"{url}/v1/chat/completions")
+        _assert_openai_error(response, 405)
+        assert "POST" in response.headers["allow"]
+        assert (await sim.stats())["requests_total"] == 0
+
+
+async def test_body_over_max_body_bytes_is_413_and_never_reaches_upstream() -> None:
+    async with proxy_and_simulator(max_body_bytes=1000) as (url, sim), httpx2.AsyncClient() as http:
+        big = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x" * 2000}]}
+        error = _assert_openai_error(await http.post(f"{url}/v1/chat/completions", json=big), 413)
+        assert "MAX_BODY_BYTES" in error["message"]
+        assert (await sim.stats())["requests_total"] == 0
+
+
+async def test_proxy_api_keys_require_a_bearer_key() -> None:
+    async with proxy_and_simulator(proxy_api_keys=("pk-one", "pk-two")) as (url, sim):
+        with pytest.raises(openai.AuthenticationError):
+            await _client(url, api_key="wrong").chat.completions.create(**HELLO)  # type: ignore[call-overload]
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{url}/v1/chat/completions", json=HELLO)
+            error = _assert_openai_error(response, 401)
+            assert error["type"] == "authentication_error"
+            assert "pk-one" not in response.text
+            assert (await http.get(f"{url}/health")).status_code == 200
+        assert (await sim.stats())["requests_total"] == 0
+        completion = await _client(url, api_key="pk-two").chat.completions.create(**HELLO)  # type: ignore[call-overload]
+        assert completion.choices[0].message.content
+
+
+async def test_unreachable_upstream_is_502() -> None:
+    with trio.socket.socket() as sock:  # a port nothing listens on
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = Settings(anthropic_base_url=f"http://127.0.0.1:{port}", anthropic_api_key=SIM_KEY)
+    async with running_proxy(settings) as url, httpx2.AsyncClient() as http:
+        error = _assert_openai_error(await http.post(f"{url}/v1/chat/completions", json=HELLO), 502)
+        assert error["code"] == "upstream_connection_error"
+
+
+async def test_upstream_that_never_answers_is_504_and_is_abandoned_upstream() -> None:
+    async with (
+        proxy_and_simulator(request_timeout_s=0.3) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
+        body = {**HELLO, "messages": [{"role": "user", "content": "wait [[sim:hang=1]]"}]}
+        error = _assert_openai_error(await http.post(f"{url}/v1/chat/completions", json=body), 504)
+        assert error["code"] == "request_timeout"
+        with trio.fail_after(5):
+            while (stats := await sim.stats())["in_flight"]:
+                await trio.sleep(0.01)
+        assert stats["abandoned"] == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "sdk_error"),
+    [
+        ("status=400", 400, openai.BadRequestError),
+        ("status=429,retry_after=7", 429, openai.RateLimitError),
+        ("status=529,retry_after=3", 503, openai.InternalServerError),
+    ],
+)
+async def test_upstream_errors_keep_their_meaning(
+    fault: str, status: int, sdk_error: type[openai.APIStatusError]
+) -> None:
+    async with proxy_and_simulator() as (url, _sim):
+        body = {**HELLO, "messages": [{"role": "user", "content": f"fail please [[sim:{fault}]]"}]}
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{url}/v1/chat/completions", json=body)
+            _assert_openai_error(response, status)
+            assert response.headers["x-request-id"].startswith("req_")
+            if status in (429, 503):
+                assert int(response.headers["retry-after"]) >= 1
+        with pytest.raises(sdk_error) as info:
+            await _client(url).chat.completions.create(**body)
+        assert info.value.status_code == status
+
+
+async def test_upstream_key_is_never_echoed_or_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = SimulatorConfig(api_keys=frozenset({"the-right-key"}))
+    async with running_simulator(config) as sim:
+        settings = proxy_settings(sim)  # sends SIM_KEY, which this simulator refuses
+        async with running_proxy(settings) as url, httpx2.AsyncClient() as http:
+            response = await http.post(f"{url}/v1/chat/completions", json=HELLO)
+            _assert_openai_error(response, 401)
+            assert SIM_KEY not in response.text
+            ok = await http.post(f"{url}/v1/chat/completions", json={**HELLO, "messages": "bad"})
+            assert SIM_KEY not in ok.text
+    assert SIM_KEY not in caplog.text

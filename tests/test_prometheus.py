@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from trio_batcher.metrics import LATENCY_BUCKETS, Gauges, MetricsRegistry, Timing
+from trio_batcher.pricing import load_pricing
+from trio_batcher.prometheus import PrometheusExporter
+
+SONNET = "claude-sonnet-4-5-20250929"
+HAIKU = "claude-3-5-haiku-latest"
+GAUGES = Gauges(active=7, waiting=3, upstream_in_flight=4, upstream_cap=5)
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(exporter: PrometheusExporter) -> tuple[Samples, dict[str, str]]:
+    """Parse a scrape into sample name -> [(labels, value)], plus family name -> type."""
+    body, content_type = exporter.render()
+    assert content_type.startswith("text/plain; version=0.0.4")
+    samples: Samples = defaultdict(list)
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        types[family.name] = family.type
+        for sample in family.samples:
+            samples[sample.name].append((sample.labels, sample.value))
+    return samples, types
+
+
+def total(samples: Samples, name: str, **match: str) -> float:
+    return sum(
+        value
+        for labels, value in samples[name]
+        if all(labels.get(k) == v for k, v in match.items())
+    )
+
+
+def buckets(samples: Samples, name: str) -> dict[str, float]:
+    return {labels["le"]: value for labels, value in samples[name + "_bucket"]}
+
+
+@pytest.fixture
+def registry() -> MetricsRegistry:
+    return MetricsRegistry(window=4, pricing=load_pricing(None))  # small: histograms are all-time
+
+
+def record_a_mix(registry: MetricsRegistry) -> None:
+    cached: dict[str, Any] = {
+        "input_tokens": 100,
+        "output_tokens": 40,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 300,
+    }
+    registry.record_success(SONNET, cached, Timing(total=0.8, queue=0.02, upstream=0.75))
+    registry.record_success(
+        SONNET,
+        {"input_tokens": 10, "output_tokens": 500},
+        Timing(total=12.0, queue=0.3, upstream_ttfb=0.4, ttft=0.9, upstream=11.5),
+        stream=True,
+    )
+    registry.record_success(
+        HAIKU, {"input_tokens": 7, "output_tokens": 3}, Timing(total=0.025, upstream=0.02)
+    )
+    registry.record_success(
+        "gpt-4o", {"input_tokens": 5, "output_tokens": 5}, Timing(total=0.1, upstream=0.09)
+    )
+    registry.record_error(SONNET, 529, Timing(total=2.0, queue=0.5, upstream=1.4))
+    registry.record_error(None, 400, Timing(total=0.001))
+    registry.record_error(HAIKU, 502, Timing(total=400.0, ttft=0.3), stream=True)
+    for reason in ("queue_full", "queue_full", "shutdown"):
+        registry.record_rejected(reason)
+    registry.record_window(4, "size")
+    registry.record_window(1, "time")
+
+
+def test_exposition_agrees_with_the_json_snapshot(registry: MetricsRegistry) -> None:
+    record_a_mix(registry)
+    exporter = PrometheusExporter(registry, lambda: GAUGES)
+    samples, types = scrape(exporter)
+    snap = registry.snapshot(GAUGES)
+
+    assert types["trio_batcher_requests"] == "counter"
+    assert total(samples, "trio_batcher_requests_total") == snap["requests"]["total"] == 7
+    for status, count in snap["requests"]["by_status"].items():
+        assert total(samples, "trio_batcher_requests_total", status=status) == count
+    for model, row in snap["by_model"].items():
+        assert total(samples, "trio_batcher_requests_total", model=model) == row["requests"]
+    assert total(samples, "trio_batcher_streamed_requests_total") == snap["requests"]["stream"]
+
+    for kind in ("input", "output", "cache_read", "cache_write"):
+        assert total(samples, "trio_batcher_tokens_total", kind=kind) == snap["tokens"][kind]
+    assert total(samples, "trio_batcher_tokens_total") == snap["tokens"]["total"]
+
+    assert total(samples, "trio_batcher_cost_usd_total") == pytest.approx(
+        snap["cost"]["estimated_cost_usd"], rel=1e-12
+    )
+    assert total(samples, "trio_batcher_unpriced_requests_total") == 1
+    assert snap["cost"]["unpriced"]["requests"] == 1
+
+    for reason, count in snap["rejected"]["by_reason"].items():
+        assert total(samples, "trio_batcher_rejected_total", reason=reason) == count
+    assert total(samples, "trio_batcher_rejected_total") == snap["rejected"]["total"] == 3
+    for reason, count in snap["windows"]["by_reason"].items():
+        assert total(samples, "trio_batcher_windows_flushed_total", reason=reason) == count
+    assert total(samples, "trio_batcher_windowed_requests_total") == 5
+
+    # Histograms are all-time: they count every request though the JSON window holds 4.
+    assert snap["latency"]["sample_count"] == 4
+    assert types["trio_batcher_request_duration_seconds"] == "histogram"
+    assert total(samples, "trio_batcher_request_duration_seconds_count") == 7
+    assert total(samples, "trio_batcher_request_duration_seconds_sum") == pytest.approx(
+        0.8 + 12.0 + 0.025 + 0.1 + 2.0 + 0.001 + 400.0
+    )
+    assert total(samples, "trio_batcher_queue_wait_seconds_count") == 7
+    assert total(samples, "trio_batcher_upstream_duration_seconds_count") == 5
+    assert total(samples, "trio_batcher_ttft_seconds_count") == 2
+
+    assert total(samples, "trio_batcher_inflight_requests") == snap["concurrency"]["active"]
+    assert total(samples, "trio_batcher_waiting_requests") == snap["concurrency"]["waiting"]
+    assert total(samples, "trio_batcher_upstream_inflight") == 4
+    assert total(samples, "trio_batcher_upstream_concurrency_cap") == 5
+
+
+def test_histogram_buckets_are_cumulative_seconds_with_le_semantics(
+    registry: MetricsRegistry,
+) -> None:
+    record_a_mix(registry)
+    samples, _ = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    request = buckets(samples, "trio_batcher_request_duration_seconds")
+    assert list(request) == [repr(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+    # durations: 0.001, 0.025, 0.1, 0.8, 2.0, 12.0, 400.0
+    assert request["0.025"] == 2  # 0.025 sits in its own bucket
+    assert request["0.1"] == 3
+    assert request["1.0"] == 4
+    assert request["2.5"] == 5
+    assert request["20.0"] == 6
+    assert request["300.0"] == 6
+    assert request["+Inf"] == 7
+    assert list(request.values()) == sorted(request.values())
+
+    ttft = buckets(samples, "trio_batcher_ttft_seconds")
+    assert (ttft["0.25"], ttft["0.5"], ttft["1.0"]) == (0, 1, 2)
+
+
+def test_counters_move_between_scrapes_because_they_are_read_at_scrape_time(
+    registry: MetricsRegistry,
+) -> None:
+    exporter = PrometheusExporter(registry, lambda: GAUGES)
+    before, _ = scrape(exporter)
+    assert total(before, "trio_batcher_requests_total") == 0
+    assert total(before, "trio_batcher_request_duration_seconds_count") == 0
+    registry.record_success(SONNET, {"input_tokens": 1}, Timing(total=0.2))
+    after, _ = scrape(exporter)
+    assert total(after, "trio_batcher_requests_total", model=SONNET, status="200") == 1
+    assert total(after, "trio_batcher_request_duration_seconds_count") == 1
+
+
+def test_gauges_are_read_on_every_scrape_and_an_absent_cap_is_omitted(
+    registry: MetricsRegistry,
+) -> None:
+    current = [GAUGES]
+    exporter = PrometheusExporter(registry, lambda: current[0])
+    samples, _ = scrape(exporter)
+    assert total(samples, "trio_batcher_inflight_requests") == 7
+    current[0] = Gauges(active=1, waiting=0, upstream_in_flight=1, upstream_cap=None)
+    samples, _ = scrape(exporter)
+    assert total(samples, "trio_batcher_inflight_requests") == 1
+    assert "trio_batcher_upstream_concurrency_cap" not in samples
+
+
+def test_each_exporter_has_a_private_registry(registry: MetricsRegistry) -> None:
+    other = MetricsRegistry(window=4, pricing=load_pricing(None))
+    registry.record_success(SONNET, {}, Timing(total=0.1))
+    first = PrometheusExporter(registry, lambda: GAUGES)
+    second = PrometheusExporter(other, lambda: GAUGES)  # no duplicate-series error
+    assert total(scrape(first)[0], "trio_batcher_requests_total") == 1
+    assert total(scrape(second)[0], "trio_batcher_requests_total") == 0
+    global_names = {family.name for family in REGISTRY.collect()}
+    assert not any(name.startswith("trio_batcher_") for name in global_names)
+
+
+def test_openmetrics_is_served_when_the_scraper_asks_for_it(registry: MetricsRegistry) -> None:
+    record_a_mix(registry)
+    exporter = PrometheusExporter(registry, lambda: GAUGES)
+    body, content_type = exporter.render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+    parsed = openmetrics_families(body.decode())  # type: ignore[no-untyped-call]
+    families = {f.name: f for f in parsed}
+    requests = families["trio_batcher_requests"]
+    assert sum(s.value for s in requests.samples if s.name.endswith("_total")) == 7
+    assert exporter.render("text/plain")[1].startswith("text/plain; version=0.0.4")

@@ -1,0 +1,153 @@
+"""Settings: parsing, validation, secrets, docs coverage, and the CLI's exit-2 contract."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from trio_batcher.settings import SPECS, Settings, SettingsError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_defaults_need_no_environment() -> None:
+    settings = Settings.from_env({})
+    assert settings == Settings()
+    assert settings.anthropic_base_url == "https://api.anthropic.com"
+    assert settings.messages_url == "https://api.anthropic.com/v1/messages"
+    assert settings.anthropic_version == "2023-06-01"
+    assert settings.max_body_bytes == 32 * 1024 * 1024
+    assert settings.batch_enabled is False and settings.metrics_enabled is False
+
+
+def test_environment_values_are_parsed_to_types() -> None:
+    settings = Settings.from_env(
+        {
+            "BATCH_ENABLED": "yes",
+            "BATCH_MAX_SIZE": "8",
+            "BATCH_MAX_WAIT_MS": "2.5",
+            "ANTHROPIC_BASE_URL": "http://127.0.0.1:9000/",
+            "PROXY_API_KEYS": "a, b,,c",
+            "ANTHROPIC_VERSION": "2026-10-21",
+            "UNRELATED": "ignored",
+        }
+    )
+    assert settings.batch_enabled is True
+    assert settings.batch_max_size == 8
+    assert settings.batch_max_wait_s == 0.0025
+    assert settings.anthropic_base_url == "http://127.0.0.1:9000"
+    assert settings.proxy_api_keys == ("a", "b", "c")
+    assert settings.anthropic_version == "2026-10-21"
+
+
+def test_overrides_beat_the_environment() -> None:
+    settings = Settings.from_env({"BATCH_MAX_SIZE": "8"}, overrides={"BATCH_MAX_SIZE": "3"})
+    assert settings.batch_max_size == 3
+
+
+BAD_VALUES = [
+    ("BATCH_MAX_SIZE", "abc", "expected an integer"),
+    ("BATCH_MAX_SIZE", "0", "must be >= 1"),
+    ("MAX_QUEUE", "-1", "must be >= 0"),
+    ("MAX_INFLIGHT", "-5", "must be >= 0"),
+    ("BATCH_MAX_WAIT_MS", "-1", "must be >= 0"),
+    ("BATCH_MAX_WAIT_MS", "nan", "finite"),
+    ("REQUEST_TIMEOUT_S", "0", "must be > 0"),
+    ("BATCH_ENABLED", "maybe", "expected a boolean"),
+    ("ANTHROPIC_BASE_URL", "not a url", "http(s) URL"),
+    ("ANTHROPIC_BASE_URL", "ftp://example.com", "http(s) URL"),
+    ("ANTHROPIC_BASE_URL", "http://example.com:99999", "not a valid URL"),
+    ("ANTHROPIC_VERSION", "2024-01-01", "expected one of"),
+    ("MAX_BODY_BYTES", "0", "must be >= 1"),
+    ("PRICING_FILE", "/nonexistent/prices.json", "no such file"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"), BAD_VALUES, ids=[f"{n}={v}" for n, v, _ in BAD_VALUES]
+)
+def test_bad_value_names_the_variable_and_the_problem(name: str, value: str, problem: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({name: value})
+    assert info.value.name == name
+    assert problem in info.value.problem
+    assert str(info.value).startswith(f"{name}: ")
+
+
+def test_repr_never_shows_secrets() -> None:
+    settings = Settings(
+        anthropic_api_key="sk-ant-secret", proxy_api_keys=("pk-1",), metrics_token="mt"
+    )
+    text = repr(settings) + str(settings)
+    assert "sk-ant-secret" not in text and "pk-1" not in text and "mt'" not in text
+    assert "<redacted>" in text
+
+
+def test_every_setting_is_documented() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [spec.env for spec in SPECS if f"`{spec.env}`" not in doc]
+    assert missing == []
+
+
+def test_every_setting_has_a_flag_except_secrets() -> None:
+    from trio_batcher.cli import build_parser
+
+    help_text = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    for spec in SPECS:
+        assert (spec.flag in help_text) is (not spec.secret), spec.env
+
+
+def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
+    clean.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "trio_batcher", *args],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+CLI_FAILURES = [
+    (("serve", "--simulate"), {"BATCH_MAX_SIZE": "abc"}, "BATCH_MAX_SIZE"),
+    (("serve", "--simulate"), {"MAX_QUEUE": "-3"}, "MAX_QUEUE"),
+    (("serve", "--simulate"), {"ANTHROPIC_BASE_URL": "::not a url::"}, "ANTHROPIC_BASE_URL"),
+    (("serve", "--simulate", "--batch-max-size", "-2"), {}, "--batch-max-size"),
+    (("serve",), {}, "--simulate"),
+    (("serve", "--simulate", "--host", "0.0.0.0"), {}, "PROXY_API_KEYS"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"), CLI_FAILURES, ids=[" ".join(a) + str(e) for a, e, _ in CLI_FAILURES]
+)
+def test_cli_bad_configuration_exits_2_with_one_line(
+    args: tuple[str, ...], env: dict[str, str], named: str
+) -> None:
+    result = _run_cli(*args, env=env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert named in lines[0]
+
+
+def test_asgi_module_with_bad_settings_exits_2_with_one_line() -> None:
+    clean = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
+    clean["BATCH_MAX_SIZE"] = "abc"
+    result = subprocess.run(
+        [sys.executable, "-c", "import trio_batcher.asgi"],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "trio-batcher: error: BATCH_MAX_SIZE: expected an integer, got 'abc'"
+    ]

@@ -1,0 +1,1122 @@
+"""The simulator's pure core, as data: validation, latency schedule, faults, replies, caching."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+import pytest
+
+from trio_batcher.simulator import SimulatorConfig, SimulatorInvalidRequest, schedule
+from trio_batcher.simulator.faults import (
+    Faults,
+    draw_status,
+    embedded_faults,
+    parse_faults,
+    strip_directives,
+)
+from trio_batcher.simulator.latency import reply_delay
+from trio_batcher.simulator.prompt import InputUsage, PromptCache, analyse_prompt
+from trio_batcher.simulator.replies import Reply, build_reply
+from trio_batcher.simulator.schemas import example_value
+from trio_batcher.simulator.sse import render_stream
+from trio_batcher.simulator.validation import (
+    BLOCK_KEYS,
+    COUNT_TOKENS_KEYS,
+    CUSTOM_TOOL_KEYS,
+    MESSAGES_KEYS,
+    validate_count_tokens_request,
+    validate_messages_request,
+)
+
+OLD, NEW = "2023-06-01", "2026-10-21"
+USER = {"role": "user", "content": "hi"}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"],
+    },
+}
+TIME = {"name": "get_time", "input_schema": {"type": "object", "properties": {}}}
+PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"model": "claude-haiku-4-5", "max_tokens": 64, "messages": [USER]}
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not ...}
+
+
+def tool_use(tool_id: str = "toolu_1", name: str = "get_weather") -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_id, "name": name, "input": {"city": "Paris"}}
+
+
+def tool_result(tool_id: str = "toolu_1", content: Any = "18C") -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": tool_id, "content": content}
+
+
+def roundtrip(*user_blocks: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        USER,
+        {"role": "assistant", "content": [tool_use()]},
+        {"role": "user", "content": list(user_blocks)},
+    ]
+
+
+def msgs(*contents: Any, role: str = "user") -> list[dict[str, Any]]:
+    return [{"role": role, "content": c} for c in contents]
+
+
+# (name, body, api_version, text the error message must start with)
+BAD: list[tuple[str, object, str, str]] = [
+    ("not an object", [1, 2], OLD, "body"),
+    ("unsupported version", body(), "2024-01-01", "anthropic-version"),
+    ("missing model", body(model=...), OLD, "model: Field required"),
+    ("model not a string", body(model=3), OLD, "model"),
+    ("missing max_tokens", body(max_tokens=...), OLD, "max_tokens: Field required"),
+    ("max_tokens a string", body(max_tokens="10"), OLD, "max_tokens"),
+    ("max_tokens a bool", body(max_tokens=True), OLD, "max_tokens"),
+    ("max_tokens negative", body(max_tokens=-1), OLD, "max_tokens"),
+    ("missing messages", body(messages=...), OLD, "messages: Field required"),
+    ("empty messages", body(messages=[]), OLD, "messages"),
+    ("messages not a list", body(messages="hi"), OLD, "messages"),
+    ("unknown role", body(messages=msgs("x", role="robot")), OLD, "messages.0.role"),
+    ("tool role", body(messages=msgs("x", role="tool")), OLD, "messages.0.role"),
+    ("extra message key", body(messages=[{**USER, "name": "bob"}]), OLD, "messages.0.name"),
+    ("missing content", body(messages=[{"role": "user"}]), OLD, "messages.0.content"),
+    ("empty user string", body(messages=msgs("")), OLD, "messages.0.content"),
+    ("whitespace user string", body(messages=msgs("  \n")), OLD, "messages.0.content"),
+    ("empty user list", body(messages=msgs([])), OLD, "messages.0.content"),
+    (
+        "empty non-final assistant",
+        body(messages=[USER, {"role": "assistant", "content": ""}, USER]),
+        OLD,
+        "messages.1.content",
+    ),
+    ("content a number", body(messages=msgs(5)), OLD, "messages.0.content"),
+    (
+        "empty text block",
+        body(messages=msgs([{"type": "text", "text": ""}])),
+        OLD,
+        "messages.0.content.0.text",
+    ),
+    (
+        "whitespace text block",
+        body(messages=msgs([{"type": "text", "text": " "}])),
+        OLD,
+        "messages.0.content.0.text",
+    ),
+    (
+        "text not a string",
+        body(messages=msgs([{"type": "text", "text": 1}])),
+        OLD,
+        "messages.0.content.0.text",
+    ),
+    (
+        "unknown block type",
+        body(messages=msgs([{"type": "video"}])),
+        OLD,
+        "messages.0.content.0.type",
+    ),
+    ("block without type", body(messages=msgs([{"text": "hi"}])), OLD, "messages.0.content.0.type"),
+    (
+        "OpenAI image_url part",
+        body(messages=msgs([{"type": "image_url", "image_url": {}}])),
+        OLD,
+        "messages.0.content.0.type",
+    ),
+    (
+        "extra text block key",
+        body(messages=msgs([{"type": "text", "text": "a", "detail": 1}])),
+        OLD,
+        "messages.0.content.0.detail",
+    ),
+    (
+        "image media type",
+        body(messages=msgs([{"type": "image", "source": {**PNG, "media_type": "image/bmp"}}])),
+        OLD,
+        "messages.0.content.0.source.media_type",
+    ),
+    (
+        "image without data",
+        body(
+            messages=msgs(
+                [{"type": "image", "source": {"type": "base64", "media_type": "image/png"}}]
+            )
+        ),
+        OLD,
+        "messages.0.content.0.source.data",
+    ),
+    (
+        "image source kind",
+        body(messages=msgs([{"type": "image", "source": {"type": "data", "data": "x"}}])),
+        OLD,
+        "messages.0.content.0.source.type",
+    ),
+    (
+        "image detail leaked from OpenAI",
+        body(messages=msgs([{"type": "image", "source": PNG, "detail": "low"}])),
+        OLD,
+        "messages.0.content.0.detail",
+    ),
+    (
+        "pdf with an image media type",
+        body(messages=msgs([{"type": "document", "source": {**PNG}}])),
+        OLD,
+        "messages.0.content.0.source.media_type",
+    ),
+    ("tool_use from the user", body(messages=msgs([tool_use()])), OLD, "messages.0.content.0.type"),
+    (
+        "tool_result from the assistant",
+        body(messages=[USER, {"role": "assistant", "content": [tool_result()]}]),
+        OLD,
+        "messages.1.content.0.type",
+    ),
+    (
+        "tool_use id with a dot",
+        body(messages=[USER, {"role": "assistant", "content": [tool_use("call.1")]}]),
+        OLD,
+        "messages.1.content.0.id",
+    ),
+    (
+        "tool_use input a JSON string",
+        body(messages=[USER, {"role": "assistant", "content": [{**tool_use(), "input": "{}"}]}]),
+        OLD,
+        "messages.1.content.0.input",
+    ),
+    (
+        "tool_result without tool_use",
+        body(messages=msgs([tool_result()])),
+        OLD,
+        "messages.0.content.0: unexpected `tool_use_id`",
+    ),
+    (
+        "tool_result for another id",
+        body(messages=roundtrip(tool_result("toolu_2"))),
+        OLD,
+        "messages.2.content.0: unexpected `tool_use_id`",
+    ),
+    (
+        "tool_result two turns late",
+        body(
+            messages=[
+                *roundtrip(tool_result()),
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": [tool_result()]},
+            ]
+        ),
+        OLD,
+        "messages.4.content.0: unexpected `tool_use_id`",
+    ),
+    (
+        "tool_use left unanswered",
+        body(messages=roundtrip({"type": "text", "text": "never mind"})),
+        OLD,
+        "messages.1: `tool_use` ids were found without `tool_result` blocks",
+    ),
+    (
+        "text before tool_result",
+        body(messages=roundtrip({"type": "text", "text": "here"}, tool_result())),
+        OLD,
+        "messages.2.content.1: `tool_result` blocks must come first",
+    ),
+    (
+        "string turn before tool_result in the same turn",
+        body(
+            messages=[
+                *roundtrip(tool_result())[:2],
+                USER,
+                {"role": "user", "content": [tool_result()]},
+            ]
+        ),
+        OLD,
+        "messages.3.content.0: `tool_result` blocks must come first",
+    ),
+    (
+        "duplicate tool_use ids",
+        body(messages=[*roundtrip(tool_result()), {"role": "assistant", "content": [tool_use()]}]),
+        OLD,
+        "messages.3.content.0: `tool_use` ids must be unique",
+    ),
+    (
+        "tool_result content with a tool_use",
+        body(messages=roundtrip(tool_result(content=[tool_use("toolu_9")]))),
+        OLD,
+        "messages.2.content.0.content.0.type",
+    ),
+    (
+        "thinking block from the user",
+        body(messages=msgs([{"type": "thinking", "thinking": "x", "signature": "s"}])),
+        OLD,
+        "messages.0.content.0.type",
+    ),
+    (
+        "prefill with trailing whitespace",
+        body(messages=[USER, {"role": "assistant", "content": "The answer is "}]),
+        OLD,
+        "messages.1.content: final assistant content cannot end with trailing whitespace",
+    ),
+    ("system a number", body(system=1), OLD, "system"),
+    ("system image block", body(system=[{"type": "image", "source": PNG}]), OLD, "system.0.type"),
+    ("system empty text block", body(system=[{"type": "text", "text": ""}]), OLD, "system.0.text"),
+    ("stop_sequences a string", body(stop_sequences="END"), OLD, "stop_sequences"),
+    ("blank stop sequence", body(stop_sequences=["END", " "]), OLD, "stop_sequences.1"),
+    ("stop sequence a number", body(stop_sequences=[1]), OLD, "stop_sequences.0"),
+    ("temperature above 1", body(temperature=1.5), OLD, "temperature"),
+    ("temperature a string", body(temperature="0.5"), OLD, "temperature"),
+    ("temperature and top_p", body(temperature=0.5, top_p=0.9), OLD, "temperature"),
+    ("top_p above 1", body(top_p=2), OLD, "top_p"),
+    ("top_k negative", body(top_k=-1), OLD, "top_k"),
+    ("top_k a float", body(top_k=2.5), OLD, "top_k"),
+    ("temperature under 2026-10-21", body(temperature=1), NEW, "temperature"),
+    ("top_p under 2026-10-21", body(top_p=1), NEW, "top_p"),
+    ("top_k under 2026-10-21", body(top_k=5), NEW, "top_k"),
+    ("tools not a list", body(tools=WEATHER), OLD, "tools"),
+    (
+        "tool name with a space",
+        body(tools=[{**WEATHER, "name": "get weather"}]),
+        OLD,
+        "tools.0.name",
+    ),
+    ("tool name of 65 chars", body(tools=[{**WEATHER, "name": "a" * 65}]), OLD, "tools.0.name"),
+    ("tool without input_schema", body(tools=[{"name": "x"}]), OLD, "tools.0.input_schema"),
+    (
+        "input_schema not an object schema",
+        body(tools=[{**WEATHER, "input_schema": {"type": "array"}}]),
+        OLD,
+        "tools.0.input_schema.type",
+    ),
+    ("duplicate tool names", body(tools=[WEATHER, WEATHER]), OLD, "tools"),
+    (
+        "OpenAI parameters leaked",
+        body(tools=[{**WEATHER, "parameters": {}}]),
+        OLD,
+        "tools.0.parameters",
+    ),
+    (
+        "OpenAI-shaped tool",
+        body(tools=[{"type": "function", "function": {"name": "f"}}]),
+        OLD,
+        "tools.0.type",
+    ),
+    (
+        "tool_choice required",
+        body(tools=[WEATHER], tool_choice={"type": "required"}),
+        OLD,
+        "tool_choice.type",
+    ),
+    ("tool_choice a string", body(tools=[WEATHER], tool_choice="auto"), OLD, "tool_choice"),
+    (
+        "tool_choice unknown tool",
+        body(tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}),
+        OLD,
+        "tool_choice.name",
+    ),
+    (
+        "tool_choice tool without name",
+        body(tools=[WEATHER], tool_choice={"type": "tool"}),
+        OLD,
+        "tool_choice.name",
+    ),
+    ("tool_choice any without tools", body(tool_choice={"type": "any"}), OLD, "tool_choice"),
+    (
+        "tool_choice extra key",
+        body(tools=[WEATHER], tool_choice={"type": "auto", "name": "x"}),
+        OLD,
+        "tool_choice.name",
+    ),
+    (
+        "disable_parallel not a bool",
+        body(tools=[WEATHER], tool_choice={"type": "auto", "disable_parallel_tool_use": "yes"}),
+        OLD,
+        "tool_choice.disable_parallel_tool_use",
+    ),
+    (
+        "thinking budget below 1024",
+        body(max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1000}),
+        OLD,
+        "thinking.budget_tokens",
+    ),
+    (
+        "thinking budget not below max_tokens",
+        body(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 2048}),
+        OLD,
+        "thinking.budget_tokens",
+    ),
+    (
+        "thinking without budget",
+        body(max_tokens=4096, thinking={"type": "enabled"}),
+        OLD,
+        "thinking.budget_tokens",
+    ),
+    ("thinking type on", body(thinking={"type": "on"}), OLD, "thinking.type"),
+    (
+        "adaptive thinking with a budget",
+        body(thinking={"type": "adaptive", "budget_tokens": 2048}),
+        OLD,
+        "thinking.budget_tokens",
+    ),
+    (
+        "thinking with forced tool use",
+        body(tools=[WEATHER], tool_choice={"type": "any"}, thinking={"type": "adaptive"}),
+        OLD,
+        "tool_choice",
+    ),
+    (
+        "thinking with temperature",
+        body(temperature=0.5, thinking={"type": "adaptive"}),
+        OLD,
+        "temperature",
+    ),
+    ("thinking with top_k", body(top_k=5, thinking={"type": "adaptive"}), OLD, "top_k"),
+    (
+        "output format json_object",
+        body(output_config={"format": {"type": "json_object"}}),
+        OLD,
+        "output_config.format.type",
+    ),
+    (
+        "output format without schema",
+        body(output_config={"format": {"type": "json_schema"}}),
+        OLD,
+        "output_config.format.schema",
+    ),
+    (
+        "output effort extreme",
+        body(output_config={"effort": "extreme"}),
+        OLD,
+        "output_config.effort",
+    ),
+    ("metadata extra key", body(metadata={"session": "x"}), OLD, "metadata.session"),
+    ("metadata user_id a number", body(metadata={"user_id": 7}), OLD, "metadata.user_id"),
+    ("stream a string", body(stream="yes"), OLD, "stream"),
+    ("OpenAI n", body(n=2), OLD, "n: Extra inputs are not permitted"),
+    ("OpenAI user", body(user="u1"), OLD, "user: Extra inputs are not permitted"),
+    ("OpenAI max_completion_tokens", body(max_completion_tokens=5), OLD, "max_completion_tokens"),
+    ("service_tier priority", body(service_tier="priority"), OLD, "service_tier"),
+    (
+        "cache_control type",
+        body(system=[{"type": "text", "text": "s", "cache_control": {"type": "persistent"}}]),
+        OLD,
+        "system.0.cache_control.type",
+    ),
+    (
+        "cache_control ttl",
+        body(
+            system=[
+                {"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "10m"}}
+            ]
+        ),
+        OLD,
+        "system.0.cache_control.ttl",
+    ),
+    (
+        "five cache breakpoints",
+        body(
+            system=[
+                {"type": "text", "text": f"s{i}", "cache_control": {"type": "ephemeral"}}
+                for i in range(5)
+            ]
+        ),
+        OLD,
+        "A maximum of 4 blocks with cache_control",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "request_body", "version", "prefix"), BAD, ids=[b[0] for b in BAD]
+)
+def test_invalid_request_is_rejected_naming_the_field(
+    name: str, request_body: object, version: str, prefix: str
+) -> None:
+    with pytest.raises(SimulatorInvalidRequest) as info:
+        validate_messages_request(request_body, api_version=version)
+    assert str(info.value).startswith(prefix), str(info.value)
+    assert info.value.status == 400 and info.value.type == "invalid_request_error"
+
+
+GOOD: list[tuple[str, dict[str, Any], str]] = [
+    ("minimal", body(), OLD),
+    ("minimal, new version", body(), NEW),
+    ("max_tokens 0 pre-warms the cache", body(max_tokens=0), OLD),
+    ("leading assistant turn", body(messages=[{"role": "assistant", "content": "Hi!"}, USER]), OLD),
+    ("consecutive user turns", body(messages=[USER, USER]), OLD),
+    ("system-role message", body(messages=[{"role": "system", "content": "Be brief."}, USER]), OLD),
+    ("empty prefill", body(messages=[USER, {"role": "assistant", "content": ""}]), OLD),
+    ("empty prefill list", body(messages=[USER, {"role": "assistant", "content": []}]), OLD),
+    ("prefill", body(messages=[USER, {"role": "assistant", "content": "The answer is"}]), OLD),
+    ("empty system string", body(system=""), OLD),
+    (
+        "system blocks with cache_control",
+        body(
+            system=[
+                {"type": "text", "text": "a", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+                {"type": "text", "text": "b", "cache_control": None},
+            ]
+        ),
+        OLD,
+    ),
+    (
+        "images and documents",
+        body(
+            messages=msgs(
+                [
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "source": PNG},
+                    {
+                        "type": "image",
+                        "source": {"type": "url", "url": "https://example.com/a.png"},
+                    },
+                    {
+                        "type": "document",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "application/pdf",
+                            "data": "JVBERi0=",
+                        },
+                        "title": "t",
+                    },
+                    {
+                        "type": "document",
+                        "source": {"type": "text", "media_type": "text/plain", "data": ""},
+                    },
+                    {
+                        "type": "document",
+                        "source": {"type": "url", "url": "https://example.com/a.pdf"},
+                        "citations": {"enabled": True},
+                    },
+                ]
+            )
+        ),
+        OLD,
+    ),
+    (
+        "parallel tool round trip",
+        body(
+            tools=[WEATHER, TIME],
+            messages=[
+                USER,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Calling."},
+                        tool_use(),
+                        tool_use("call_abc-2", "get_time"),
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        tool_result(),
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "call_abc-2",
+                            "is_error": True,
+                            "content": [
+                                {"type": "text", "text": "boom"},
+                                {"type": "image", "source": PNG},
+                            ],
+                        },
+                        {"type": "text", "text": "and?"},
+                    ],
+                },
+            ],
+        ),
+        OLD,
+    ),
+    (
+        "tool results split across merged user messages",
+        body(
+            messages=[
+                USER,
+                {"role": "assistant", "content": [tool_use("toolu_a"), tool_use("toolu_b")]},
+                {"role": "user", "content": [tool_result("toolu_a")]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_b"}]},
+            ]
+        ),
+        OLD,
+    ),
+    (
+        "unanswered tool_use as the final turn",
+        body(messages=[USER, {"role": "assistant", "content": [tool_use()]}]),
+        OLD,
+    ),
+    (
+        "thinking history and budget",
+        body(
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            tools=[WEATHER],
+            tool_choice={"type": "auto"},
+            messages=[
+                USER,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "hmm", "signature": "c2ln"},
+                        {"type": "redacted_thinking", "data": "opaque"},
+                        tool_use(),
+                    ],
+                },
+                {"role": "user", "content": [tool_result()]},
+            ],
+        ),
+        OLD,
+    ),
+    (
+        "adaptive thinking with temperature 1",
+        body(thinking={"type": "adaptive", "display": "omitted"}, temperature=1),
+        OLD,
+    ),
+    (
+        "disabled thinking with temperature",
+        body(thinking={"type": "disabled"}, temperature=0.2),
+        OLD,
+    ),
+    ("sampling under the classic version", body(temperature=0, top_k=5), OLD),
+    ("null sampling parameters", body(temperature=None, top_p=None), OLD),
+    ("top_p alone", body(top_p=0.9), OLD),
+    ("tool_choice none without tools", body(tool_choice={"type": "none"}), OLD),
+    ("tool_choice auto without tools", body(tool_choice={"type": "auto"}), OLD),
+    (
+        "named tool_choice",
+        body(
+            tools=[WEATHER],
+            tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        ),
+        OLD,
+    ),
+    (
+        "server tool",
+        body(tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]),
+        OLD,
+    ),
+    (
+        "custom tool with every field",
+        body(
+            tools=[
+                {
+                    **WEATHER,
+                    "type": "custom",
+                    "strict": True,
+                    "cache_control": {"type": "ephemeral"},
+                    "input_examples": [{"city": "Oslo"}],
+                }
+            ]
+        ),
+        OLD,
+    ),
+    (
+        "structured output",
+        body(
+            output_config={
+                "effort": "high",
+                "format": {"type": "json_schema", "schema": {"type": "object"}},
+            }
+        ),
+        NEW,
+    ),
+    ("metadata", body(metadata={"user_id": "u-1"}), OLD),
+    ("null metadata user", body(metadata={"user_id": None}), OLD),
+    ("automatic cache_control", body(cache_control={"type": "ephemeral"}), NEW),
+    ("stop sequences", body(stop_sequences=["\n\nHuman:", " END"]), OLD),
+    ("stream", body(stream=True, service_tier="standard_only"), OLD),
+    ("unicode", body(messages=msgs("こんにちは 👋")), OLD),
+    (
+        "four cache breakpoints",
+        body(
+            system=[
+                {"type": "text", "text": f"s{i}", "cache_control": {"type": "ephemeral"}}
+                for i in range(4)
+            ]
+        ),
+        OLD,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "request_body", "version"), GOOD, ids=[g[0] for g in GOOD])
+def test_valid_edge_request_is_accepted(
+    name: str, request_body: dict[str, Any], version: str
+) -> None:
+    snapshot = copy.deepcopy(request_body)
+    validate_messages_request(request_body, api_version=version)
+    assert request_body == snapshot  # pure: never mutates
+
+
+def test_count_tokens_accepts_its_own_shape_only() -> None:
+    validate_count_tokens_request(
+        {"model": "m", "messages": [USER], "tools": [WEATHER]}, api_version=NEW
+    )
+    with pytest.raises(SimulatorInvalidRequest, match="^max_tokens: Extra inputs"):
+        validate_count_tokens_request(body(), api_version=NEW)
+
+
+def test_allowed_fields_mirror_the_installed_sdk() -> None:
+    """Every field the SDK can send is allowed; nothing else is (drift detector)."""
+    from anthropic.types import (
+        DocumentBlockParam,
+        ImageBlockParam,
+        RedactedThinkingBlockParam,
+        TextBlockParam,
+        ThinkingBlockParam,
+        ToolParam,
+        ToolResultBlockParam,
+        ToolUseBlockParam,
+        message_count_tokens_params,
+        message_create_params,
+    )
+
+    sdk_blocks = {
+        "text": TextBlockParam,
+        "image": ImageBlockParam,
+        "document": DocumentBlockParam,
+        "tool_use": ToolUseBlockParam,
+        "tool_result": ToolResultBlockParam,
+        "thinking": ThinkingBlockParam,
+        "redacted_thinking": RedactedThinkingBlockParam,
+    }
+    for kind, typed in sdk_blocks.items():
+        assert BLOCK_KEYS[kind] == set(typed.__annotations__), kind
+    assert set(ToolParam.__annotations__) == CUSTOM_TOOL_KEYS
+    create = set(message_create_params.MessageCreateParamsNonStreaming.__annotations__)
+    sent_as_headers = {"user_profile_id", "workspace_id"}
+    legacy_sampling = {"temperature", "top_p", "top_k"}
+    assert (create - sent_as_headers) | legacy_sampling == MESSAGES_KEYS
+    counting = set(message_count_tokens_params.MessageCountTokensParams.__annotations__)
+    assert counting - sent_as_headers - {"output_format"} == COUNT_TOKENS_KEYS
+
+
+# --------------------------------------------------------------------------- latency
+
+
+@pytest.mark.parametrize(
+    ("n", "ttft_ms", "tokens_per_s", "expected"),
+    [
+        (0, 100, 10, []),
+        (1, 0, 0, [0.0]),
+        (3, 100, 0, [0.1, 0.1, 0.1]),
+        (4, 250, 20, [0.25, 0.25 + 1 / 20, 0.25 + 2 / 20, 0.25 + 3 / 20]),
+        (3, 0, 1000, [0.0, 0.001, 0.002]),
+    ],
+)
+def test_schedule_without_jitter_is_ttft_then_one_token_per_interval(
+    n: int, ttft_ms: float, tokens_per_s: float, expected: list[float]
+) -> None:
+    config = SimulatorConfig(ttft_ms=ttft_ms, tokens_per_s=tokens_per_s)
+    rng = random.Random(1)
+    state = rng.getstate()
+    assert schedule(n, config, rng) == expected
+    assert rng.getstate() == state  # no jitter, no draws
+
+
+def test_schedule_jitter_is_seeded_and_bounded() -> None:
+    config = SimulatorConfig(ttft_ms=200, tokens_per_s=50, jitter=0.25)
+    offsets = schedule(50, config, random.Random(7))
+    assert offsets == schedule(50, config, random.Random(7))
+    assert offsets != schedule(50, config, random.Random(8))
+    assert 0.2 * 0.75 <= offsets[0] <= 0.2 * 1.25
+    steps = [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+    assert all(0.02 * 0.75 <= s <= 0.02 * 1.25 for s in steps)
+    assert len(set(steps)) > 1
+
+
+def test_non_streamed_reply_waits_for_its_last_token() -> None:
+    config = SimulatorConfig(ttft_ms=300)
+    assert reply_delay([0.3, 0.4, 0.5], config) == 0.5
+    assert reply_delay([], config) == 0.3
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("", Faults()),
+        ("status=429,retry_after=7", Faults(status=429, retry_after=7)),
+        (" status = 529 , retry_after=0.5 ", Faults(status=529, retry_after=0.5)),
+        ("ttft_ms=150,tokens_per_s=40,tokens=3", Faults(ttft_ms=150, tokens_per_s=40, tokens=3)),
+        ("hang=1", Faults(hang=True)),
+        ("stream_error_after=0", Faults(stream_error_after=0)),
+        ("stream_error_first=true", Faults(stream_error_first=True)),
+    ],
+)
+def test_fault_directive_parses(spec: str, expected: Faults) -> None:
+    assert parse_faults(spec) == expected
+    assert parse_faults(expected.describe()) == expected
+
+
+@pytest.mark.parametrize(
+    "spec", ["status=abc", "status=700", "colour=red", "hang", "tokens=-1", "ttft_ms=nan"]
+)
+def test_bad_fault_directive_is_a_400_naming_the_source(spec: str) -> None:
+    with pytest.raises(SimulatorInvalidRequest, match="^x-sim-fault: "):
+        parse_faults(spec)
+
+
+def test_embedded_directive_in_last_user_message_overrides_and_is_stripped() -> None:
+    request = body(
+        messages=[
+            {"role": "user", "content": "old [[sim:status=500]]"},
+            {"role": "assistant", "content": "ok"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "go [[sim:status=429]] now"},
+                    {"type": "text", "text": "[[sim:retry_after=2,status=529]]"},
+                ],
+            },
+        ]
+    )
+    assert embedded_faults(request) == Faults(status=529, retry_after=2)
+    assert strip_directives("go [[sim:status=429]] now") == "go  now"
+    header = parse_faults("status=500,tokens=3")
+    assert header.merged(embedded_faults(request)) == Faults(status=529, retry_after=2, tokens=3)
+
+
+def test_configured_fault_rates_are_seeded_draws() -> None:
+    config = SimulatorConfig(rate_429=0.2, rate_529=0.1, error_rate=0.1, seed=3)
+    rng = random.Random(3)
+    draws = [draw_status(config, rng) for _ in range(10_000)]
+    rng = random.Random(3)
+    assert draws == [draw_status(config, rng) for _ in range(10_000)]
+    assert 1800 < draws.count(429) < 2200
+    assert 850 < draws.count(529) < 1150
+    assert 850 < draws.count(500) < 1150
+    rng = random.Random(3)
+    assert draw_status(SimulatorConfig(), rng) is None
+    assert rng.random() == random.Random(3).random()  # no rates, no draw
+
+
+# --------------------------------------------------------------------------- replies
+
+
+def reply_for(request: dict[str, Any], reply_tokens: int = 24, seed: int = 0) -> Reply:
+    validate_messages_request(request, api_version=OLD)
+    prompt = analyse_prompt(request, seed=seed)
+    return build_reply(
+        request,
+        digest=prompt.digest,
+        input_usage=InputUsage(prompt.input_tokens),
+        reply_tokens=reply_tokens,
+    )
+
+
+def test_text_reply_echoes_the_last_user_text_without_directives() -> None:
+    reply = reply_for(
+        body(messages=msgs("What is the capital of France, please? [[sim:tokens=9]]")),
+        reply_tokens=9,
+    )
+    text = reply.blocks[0].text
+    assert text.startswith("Simulated reply to 'What is the capital of France,':")
+    assert "sim:" not in text
+    assert (reply.stop_reason, reply.output_tokens, len(reply.blocks[0].pieces)) == (
+        "end_turn",
+        9,
+        9,
+    )
+
+
+def test_reply_is_a_function_of_request_and_seed() -> None:
+    request = body(messages=msgs("hello"))
+    assert reply_for(request).blocks == reply_for(copy.deepcopy(request)).blocks
+    assert reply_for(request).blocks == reply_for({**request, "stream": True}).blocks
+    assert reply_for(request).blocks != reply_for(request, seed=1).blocks
+    assert reply_for(request).blocks != reply_for(body(messages=msgs("hello!"))).blocks
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "reply_tokens", "stop_reason", "output_tokens"),
+    [
+        (64, 24, "end_turn", 24),
+        (10, 24, "max_tokens", 10),
+        (24, 24, "end_turn", 24),
+        (0, 24, "max_tokens", 0),
+        (64, 0, "end_turn", 1),
+    ],
+)
+def test_reply_length_is_capped_by_max_tokens(
+    max_tokens: int, reply_tokens: int, stop_reason: str, output_tokens: int
+) -> None:
+    reply = reply_for(body(max_tokens=max_tokens), reply_tokens=reply_tokens)
+    assert (reply.stop_reason, reply.output_tokens) == (stop_reason, output_tokens)
+    assert reply.token_pieces == min(max_tokens, reply_tokens)
+
+
+def test_stop_sequence_cuts_the_text_before_it() -> None:
+    reply = reply_for(body(stop_sequences=["zzz", "to 'h"]))
+    assert reply.blocks[0].text == "Simulated reply "
+    assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", "to 'h")
+    assert reply.output_tokens == 3  # "Simulated", " reply", " " (part of " to")
+    earliest = reply_for(body(stop_sequences=["reply", "Sim"]))
+    assert earliest.blocks == () and earliest.stop_sequence == "Sim"
+    capped = reply_for(body(max_tokens=1, stop_sequences=["to"]))
+    assert (capped.stop_reason, capped.stop_sequence) == ("max_tokens", None)
+
+
+def test_tool_calls_follow_tool_choice() -> None:
+    def tool_names(**changes: Any) -> list[str]:
+        reply = reply_for(body(tools=[WEATHER, TIME], **changes))
+        assert reply.stop_reason == "tool_use"
+        uses = [b for b in reply.blocks if b.type == "tool_use"]
+        assert all(b.id.startswith("toolu_01") and len(b.id) == 30 for b in uses)
+        assert len({b.id for b in uses}) == len(uses)
+        return [b.name for b in uses]
+
+    assert tool_names() == ["get_weather", "get_time"]
+    assert tool_names(tool_choice={"type": "any"}) == ["get_weather", "get_time"]
+    assert tool_names(tool_choice={"type": "auto", "disable_parallel_tool_use": True}) == [
+        "get_weather"
+    ]
+    assert tool_names(tool_choice={"type": "tool", "name": "get_time"}) == ["get_time"]
+    auto = reply_for(body(tools=[WEATHER]))
+    assert [b.type for b in auto.blocks] == ["text", "tool_use"]
+    assert auto.blocks[1].input == {"city": "city value"}
+    forced = reply_for(body(tools=[WEATHER], tool_choice={"type": "any"}))
+    assert [b.type for b in forced.blocks] == ["tool_use"]
+
+
+def test_no_tool_call_when_choice_is_none_or_results_are_in() -> None:
+    none = reply_for(body(tools=[WEATHER], tool_choice={"type": "none"}))
+    assert (none.stop_reason, [b.type for b in none.blocks]) == ("end_turn", ["text"])
+    after = reply_for(body(tools=[WEATHER], messages=roundtrip(tool_result(content="18C sunny"))))
+    assert after.stop_reason == "end_turn"
+    assert after.blocks[0].text.startswith("Simulated reply using 1 tool result(s): '18C sunny':")
+
+
+def test_thinking_block_comes_first_with_a_signature() -> None:
+    reply = reply_for(body(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}))
+    thinking, text = reply.blocks
+    assert thinking.type == "thinking" and thinking.text.startswith("Simulated reasoning")
+    assert len(thinking.signature) > 40
+    assert reply.output_tokens == 16 + 24
+
+
+def test_structured_output_is_json_valid_for_the_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "maximum": 10}},
+        "required": ["answer", "score"],
+        "additionalProperties": False,
+    }
+    reply = reply_for(
+        body(max_tokens=500, output_config={"format": {"type": "json_schema", "schema": schema}})
+    )
+    assert json.loads(reply.blocks[0].text) == {"answer": "answer value", "score": 10}
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "string"}, "value value"),
+        ({"type": "string", "format": "date"}, "2026-01-01"),
+        ({"type": "string", "minLength": 20}, "value valuexxxxxxxxx"),
+        ({"type": "string", "maxLength": 3}, "val"),
+        ({"type": "integer"}, 42),
+        ({"type": "integer", "minimum": 100}, 100),
+        ({"type": "integer", "exclusiveMaximum": 5}, 4),
+        ({"type": "number", "minimum": 0, "maximum": 1}, 0.5),
+        ({"type": "number"}, 4.2),
+        ({"type": "boolean"}, True),
+        ({"type": "null"}, None),
+        ({"type": ["null", "integer"]}, 42),
+        ({"enum": ["b", "a"]}, "b"),
+        ({"const": 7}, 7),
+        ({"type": "string", "default": "d"}, "d"),
+        ({"anyOf": [{"type": "null"}, {"type": "boolean"}]}, True),
+        ({"type": "array", "items": {"type": "integer"}, "minItems": 2}, [42, 42]),
+        (
+            {
+                "type": "array",
+                "prefixItems": [{"type": "string"}, {"type": "boolean"}],
+                "items": False,
+            },
+            ["value value", True],
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
+            {"a": 42, "b": "b value"},
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                "required": ["b"],
+            },
+            {"b": "b value"},
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"p": {"$ref": "#/$defs/P"}},
+                "$defs": {"P": {"type": "object", "properties": {"x": {"type": "number"}}}},
+            },
+            {"p": {"x": 4.2}},
+        ),
+        (
+            {
+                "allOf": [
+                    {"type": "object", "properties": {"a": {"type": "boolean"}}},
+                    {"properties": {"b": {"type": "integer"}}},
+                ]
+            },
+            {"a": True, "b": 42},
+        ),
+        (
+            {"type": "object", "properties": {"self": {"$ref": "#"}}},
+            {"self": {"self": {"self": {"self": {"self": {"self": {"self": {"self": {}}}}}}}}},
+        ),
+    ],
+)
+def test_example_value_is_valid_for_its_schema(schema: dict[str, Any], expected: Any) -> None:
+    assert example_value(schema) == expected
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def parse_sse(data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for chunk in data.decode().split("\n\n"):
+        if not chunk:
+            continue
+        name_line, data_line = chunk.split("\n")
+        assert name_line.startswith("event: ") and data_line.startswith("data: ")
+        payload = json.loads(data_line.removeprefix("data: "))
+        assert payload["type"] == name_line.removeprefix("event: ")
+        events.append((payload["type"], payload))
+    return events
+
+
+def reassemble(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A minimal accumulator: what a client rebuilds from the events."""
+    message: dict[str, Any] = {}
+    partial_json: dict[int, str] = {}
+    for kind, event in events:
+        if kind == "message_start":
+            message = event["message"]
+        elif kind == "content_block_start":
+            message["content"].append(dict(event["content_block"]))
+        elif kind == "content_block_delta":
+            block, delta = message["content"][event["index"]], event["delta"]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] = delta["signature"]
+            else:
+                partial_json[event["index"]] = (
+                    partial_json.get(event["index"], "") + delta["partial_json"]
+                )
+        elif kind == "content_block_stop" and event["index"] in partial_json:
+            message["content"][event["index"]]["input"] = json.loads(partial_json[event["index"]])
+        elif kind == "message_delta":
+            message.update(event["delta"])
+            message["usage"].update(event["usage"])
+    return message
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        body(),
+        body(max_tokens=5),
+        body(stop_sequences=["dolor"]),
+        body(
+            tools=[WEATHER, TIME],
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+        ),
+        body(output_config={"format": {"type": "json_schema", "schema": WEATHER["input_schema"]}}),
+    ],
+    ids=["text", "capped", "stop sequence", "thinking and tools", "json"],
+)
+def test_stream_reassembles_to_the_message(request_body: dict[str, Any]) -> None:
+    reply = reply_for(request_body)
+    events = render_stream(reply, "msg_1")
+    parsed = parse_sse(b"".join(e.data for e in events))
+    kinds = [k for k, _ in parsed]
+    assert kinds[:2] == ["message_start", "ping"] and kinds[-2:] == [
+        "message_delta",
+        "message_stop",
+    ]
+    assert parsed[0][1]["message"]["usage"]["output_tokens"] == 1
+    assert reassemble(parsed) == reply.message_json("msg_1")
+    assert sum(e.token for e in events) == reply.token_pieces
+    for kind, event in parsed:
+        if kind == "content_block_delta" and event["delta"]["type"] == "input_json_delta":
+            assert event["delta"]["partial_json"] == ""  # the first piece is empty
+            break
+
+
+# --------------------------------------------------------------------------- prompt cache
+
+
+def test_cached_prefix_is_written_once_then_read_until_it_expires() -> None:
+    cached = body(
+        system=[
+            {"type": "text", "text": "You are terse. " * 50, "cache_control": {"type": "ephemeral"}}
+        ]
+    )
+    prompt = analyse_prompt(cached, seed=0)
+    assert prompt.cache_point is not None
+    prefix = prompt.cache_point.tokens
+    assert 0 < prefix < prompt.input_tokens
+    cache = PromptCache(8)
+    first = cache.usage(prompt, now=0)
+    assert first == InputUsage(
+        prompt.input_tokens - prefix,
+        cache_creation_input_tokens=prefix,
+        ephemeral_5m_input_tokens=prefix,
+    )
+    again = cache.usage(analyse_prompt({**cached, "messages": msgs("other")}, seed=0), now=299)
+    assert again.cache_read_input_tokens == prefix and again.cache_creation_input_tokens == 0
+    assert cache.usage(prompt, now=299 + 300).cache_creation_input_tokens == prefix  # expired
+
+
+def test_cache_is_lru_bounded_and_keyed_by_model_and_ttl_aware() -> None:
+    def cached(text: str, **changes: Any) -> Any:
+        return analyse_prompt(
+            body(
+                system=[
+                    {
+                        "type": "text",
+                        "text": text,
+                        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                    }
+                ],
+                **changes,
+            ),
+            seed=0,
+        )
+
+    cache = PromptCache(1)
+    assert cache.usage(cached("a"), now=0).ephemeral_1h_input_tokens > 0
+    assert cache.usage(cached("a"), now=3000).cache_read_input_tokens > 0
+    assert cache.usage(cached("a", model="claude-opus-5"), now=1).cache_read_input_tokens == 0
+    assert cache.usage(cached("a"), now=2).cache_read_input_tokens == 0  # evicted
+    assert len(cache) == 1
+
+
+def test_no_cache_control_means_no_cache_tokens() -> None:
+    prompt = analyse_prompt(body(), seed=0)
+    assert prompt.cache_point is None
+    assert PromptCache(8).usage(prompt, now=0) == InputUsage(prompt.input_tokens)
+    automatic = analyse_prompt(body(cache_control={"type": "ephemeral"}), seed=0)
+    assert automatic.cache_point is not None
+
+
+def test_input_tokens_ignore_key_order_and_parameters() -> None:
+    a = analyse_prompt(body(), seed=0)
+    b = analyse_prompt(dict(reversed(list(body(max_tokens=9, stream=True).items()))), seed=0)
+    assert a.input_tokens == b.input_tokens
+    assert a.digest != b.digest  # max_tokens changes the reply
+    assert a.digest == analyse_prompt({**body(), "stream": True}, seed=0).digest

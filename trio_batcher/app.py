@@ -1,0 +1,321 @@
+"""The quart-trio application: routes, error shapes, auth, and the lifespan that owns it all.
+
+``create_app(settings)`` builds a fresh app with no module-level state, so tests and
+embedded uses can run several side by side. The ASGI lifespan (quart-trio's
+``before_serving`` / ``after_serving``) owns everything long-lived: the one outbound HTTP
+pool, the dispatcher task (started in ``app.nursery``, which quart-trio opens for the
+lifespan), the admission gate and the metrics registry.
+
+Every response the proxy itself produces for an error is OpenAI-shaped
+(``{"error": {"message", "type", "param", "code"}}``), including 404s, 405s and 413s that
+Quart raises before a view runs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, Final, cast, final
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from .batching import Batcher
+from .chat import ChatPipeline, JSONReply
+from .dispatch import DirectDispatcher, Dispatcher
+from .errors import ProxyError, error_body
+from .gate import AdmissionGate
+from .metrics import Gauges, MetricsRegistry
+from .models import find_model, list_models
+from .pricing import load_pricing
+from .prometheus import PrometheusExporter
+from .settings import Settings
+from .upstream import UpstreamClient, new_http_client
+
+log = logging.getLogger("trio_batcher")
+
+_JSON: Final = "application/json"
+# Where per-connection cleanups wait for the connection's ASGI call to end.
+_CLEANUP_KEY: Final = "trio_batcher.cleanup"
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return Response(data, status=status, headers=headers, content_type=_JSON)
+
+
+def _bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _key_matches(token: str | None, keys: tuple[str, ...]) -> bool:
+    """Constant-time comparison against every configured key (no early exit)."""
+    supplied = (token or "").encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(supplied, key.encode())
+    return matched and token is not None
+
+
+@final
+class _RunCleanups:
+    """ASGI wrapper: runs cleanups a request registered once its connection's call ends.
+
+    A streaming reply hands its resources (gate slot, upstream ticket) to the response
+    body. If the client disconnects after the view returned but before the body is
+    entered, the body's ``finally`` never runs; this wrapper's does.
+    """
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            for cleanup in scope.pop(_CLEANUP_KEY, ()):
+                cleanup()
+
+
+@final
+class Runtime:
+    """The long-lived parts of a running app, created in ``before_serving``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.http = new_http_client(settings)
+        self.upstream = UpstreamClient(settings, self.http)
+        self.gate = AdmissionGate(
+            settings.max_inflight, settings.max_queue, settings.acquire_timeout_s
+        )
+        self.metrics: MetricsRegistry | None = None
+        if settings.metrics_enabled:
+            self.metrics = MetricsRegistry(
+                window=settings.metrics_latency_window, pricing=load_pricing(settings.pricing_file)
+            )
+        self.dispatcher: Dispatcher
+        if settings.batch_enabled:
+            self.dispatcher = Batcher(
+                max_size=settings.batch_max_size,
+                max_wait=settings.batch_max_wait_s,
+                max_concurrency=settings.batch_max_concurrency,
+                window_timeout=settings.batch_timeout_s,
+                on_flush=self.metrics.record_window if self.metrics is not None else None,
+            )
+        else:
+            self.dispatcher = DirectDispatcher()
+        self.pipeline = ChatPipeline(
+            settings=settings,
+            upstream=self.upstream,
+            dispatcher=self.dispatcher,
+            gate=self.gate,
+            metrics=self.metrics,
+        )
+        self.prometheus = (
+            PrometheusExporter(self.metrics, self.gauges) if self.metrics is not None else None
+        )
+        self.draining = False
+
+    def gauges(self) -> Gauges:
+        gate = self.gate.statistics()
+        dispatch = self.dispatcher.statistics()
+        return Gauges(
+            active=gate.active,
+            waiting=gate.waiting,
+            upstream_in_flight=dispatch.running,
+            upstream_cap=dispatch.limiter_total,
+        )
+
+
+def create_app(settings: Settings | None = None) -> QuartTrio:
+    """A new proxy app. Serve it with ``trio_batcher.serving.serve_app`` or hypercorn."""
+    settings = settings if settings is not None else Settings.from_env()
+    app = QuartTrio("trio_batcher")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
+    app.asgi_app = _RunCleanups(app.asgi_app)  # type: ignore[method-assign,assignment]
+    state: dict[str, Runtime] = {}
+
+    def runtime() -> Runtime:
+        try:
+            return state["runtime"]
+        except KeyError:
+            raise ProxyError(503, "The proxy is starting up.", code="starting") from None
+
+    @app.before_serving
+    async def _startup() -> None:
+        rt = Runtime(settings)
+        state["runtime"] = rt
+        await app.nursery.start(rt.dispatcher.run)
+        log.info(
+            "trio-batcher ready: upstream %s, batching %s, gate %s",
+            settings.anthropic_base_url,
+            "on" if settings.batch_enabled else "off",
+            settings.max_inflight or "off",
+        )
+
+    @app.after_serving
+    async def _shutdown() -> None:
+        rt = state.get("runtime")
+        if rt is None:
+            return
+        rt.draining = True
+        rt.gate.close()
+        rt.dispatcher.close()
+        with trio.move_on_after(settings.shutdown_grace_s):
+            await rt.gate.wait_idle()
+        rt.dispatcher.cancel_remaining()
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await rt.http.aclose()
+
+    # -- errors ---------------------------------------------------------------------------
+
+    @app.errorhandler(ProxyError)
+    async def _proxy_error(exc: ProxyError) -> Response:
+        return json_response(exc.body(), exc.status, exc.headers)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        headers: dict[str, str] = {}
+        if status == 404:
+            message = f"Unknown route: {request.method} {request.path}."
+        elif status == 405:
+            allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
+            message = f"Method {request.method} is not allowed on {request.path}."
+            if allowed:
+                headers["Allow"] = allowed
+                message += f" Allowed: {allowed}."
+        elif status == 413:
+            message = (
+                f"The request body is larger than MAX_BODY_BYTES ({settings.max_body_bytes} bytes)."
+            )
+        else:
+            message = exc.description or exc.name
+        err = ProxyError(status, message, code=_slug(exc.name))
+        return json_response(err.body(), status, headers)
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return json_response(error_body("Internal proxy error.", "server_error"), 500)
+
+    # -- auth -----------------------------------------------------------------------------
+
+    @app.before_request
+    async def _authenticate() -> None:
+        if not settings.proxy_api_keys or not request.path.startswith("/v1/"):
+            return
+        if not _key_matches(_bearer_token(), settings.proxy_api_keys):
+            raise ProxyError(
+                401,
+                "Missing or invalid API key: send 'Authorization: Bearer <key>' with one of "
+                "the keys in PROXY_API_KEYS.",
+                type="authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    # -- routes ---------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health() -> Response:
+        rt = state.get("runtime")
+        if rt is None or rt.draining:
+            return json_response({"status": "shutting_down" if rt else "starting"}, 503)
+        return json_response({"status": "ok"})
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return json_response(list_models(settings.default_model))
+
+    @app.get("/v1/models/<path:model_id>")
+    async def model(model_id: str) -> Response:
+        found = find_model(model_id, settings.default_model)
+        if found is None:
+            raise ProxyError(
+                404,
+                f"The model '{model_id}' is not in this proxy's model list.",
+                param="model",
+                code="model_not_found",
+            )
+        return json_response(found)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions() -> Response:
+        rt = runtime()
+        arrived = trio.current_time()
+        payload = await _read_json()
+        reply = await rt.pipeline.handle(payload, arrived)
+        if isinstance(reply, JSONReply):
+            return json_response(reply.body, reply.status, reply.headers)
+        cast(dict[str, Any], request.scope).setdefault(_CLEANUP_KEY, []).append(reply.close)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **reply.headers}
+        response = Response(reply.body, status=200, headers=headers, mimetype="text/event-stream")
+        response.timeout = None
+        return response
+
+    def _metrics_allowed() -> bool:
+        token = _bearer_token()
+        if settings.metrics_token:
+            return _key_matches(token, (settings.metrics_token,))
+        if settings.proxy_api_keys:
+            return _key_matches(token, settings.proxy_api_keys)
+        return True
+
+    def _metrics_runtime() -> Runtime:
+        rt = runtime()
+        if rt.metrics is None:
+            raise ProxyError(
+                404, "Metrics are not enabled (set METRICS_ENABLED=1).", code="metrics_disabled"
+            )
+        if not _metrics_allowed():
+            raise ProxyError(
+                401,
+                "The metrics endpoints need 'Authorization: Bearer <METRICS_TOKEN>'.",
+                type="authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return rt
+
+    @app.get("/metrics")
+    async def metrics_json() -> Response:
+        rt = _metrics_runtime()
+        assert rt.metrics is not None
+        return json_response(
+            rt.metrics.snapshot(rt.gauges()), headers={"Cache-Control": "no-store"}
+        )
+
+    @app.get("/metrics/prometheus")
+    async def metrics_prometheus() -> Response:
+        rt = _metrics_runtime()
+        assert rt.prometheus is not None
+        body, content_type = rt.prometheus.render()
+        return Response(body, status=200, content_type=content_type)
+
+    return app
+
+
+async def _read_json() -> object:
+    raw = await request.get_data(cache=False, as_text=False)
+    if not raw or not raw.strip():
+        raise ProxyError(400, "The request body is empty; send a JSON object.", code="invalid_json")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProxyError(
+            400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
+        ) from None
+
+
+def _slug(name: str) -> str:
+    return name.lower().replace(" ", "_")

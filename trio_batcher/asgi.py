@@ -1,0 +1,23 @@
+"""The app for an external ASGI server, configured from the environment.
+
+    hypercorn --worker-class trio --bind 127.0.0.1:8000 --graceful-timeout 30 trio_batcher.asgi:app
+
+Each hypercorn worker process imports this module and runs its own lifespan (its own
+pool, windows, gate and metrics). A bad setting ends the worker with the same one-line
+message and exit code 2 as ``trio-batcher serve``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .app import create_app
+from .settings import Settings, SettingsError
+
+try:
+    _settings = Settings.from_env()
+except SettingsError as exc:  # pragma: no cover - exercised through a subprocess test
+    print(f"trio-batcher: error: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+app = create_app(_settings)

@@ -1,0 +1,435 @@
+"""One chat completion, from a parsed body to a reply: the proxy's request pipeline.
+
+Theory of operation
+-------------------
+A request passes four stations, each of which can end it with a ``ProxyError``:
+
+1. **translate** (pure): the OpenAI body becomes an Anthropic body, or a 400 names the bad
+   field. Nothing below runs for a bad request, so bad input never costs an upstream call.
+2. **admit**: the admission gate hands out a ``Slot`` or sheds the request (429, or 503 while
+   shutting down). The slot is held until the reply is completely sent -- for a stream,
+   until its last byte -- and released exactly once, in a ``finally``.
+3. **dispatch**: the upstream call is a *job* submitted to the dispatcher (direct, or an
+   admission window). The job runs in a nursery the app lifespan owns, not in the request
+   handler; the handler holds a ``Ticket``. If the client disconnects, quart-trio cancels
+   the handler (or the streaming body generator), whose ``finally`` cancels the ticket:
+   a queued job is never dispatched, a running one has its own cancel scope cancelled and
+   its upstream connection closed at once.
+4. **relay**: a non-stream reply is translated and sent. A stream job pumps upstream SSE
+   events into a small bounded channel (so a slow client slows the upstream read instead of
+   growing a buffer); the handler reads until the first content event before answering, so
+   an upstream failure before any content is still a proper HTTP error status, then hands
+   the channel to the response body generator, which translates event by event with no
+   buffering.
+
+One deadline, ``REQUEST_TIMEOUT_S`` from arrival, covers admission, queueing and every
+upstream byte; passing it answers 504 (or, mid-stream, an error event).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Final, final
+
+import trio
+
+from .dispatch import Dispatcher, Ticket
+from .errors import ProxyError
+from .gate import AdmissionGate, Shed, Slot
+from .metrics import MetricsRegistry, Timing
+from .settings import Settings
+from .sse import DONE, encode_data
+from .translation import (
+    StreamTranslator,
+    TranslatedRequest,
+    TranslationOptions,
+    UpstreamStreamError,
+    new_completion_id,
+    ratelimit_headers,
+    translate_request,
+    translate_response,
+    upstream_error,
+)
+from .upstream import UpstreamClient, UpstreamReply
+
+# Upstream events buffered between the pump and the client. Small on purpose: the upstream
+# read waits for the client rather than the proxy holding a growing backlog.
+_STREAM_BUFFER: Final = 16
+# First item the stream pump sends: the upstream's response headers and timing.
+_HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
+# Status for an in-stream error event's type, when it arrives before any content.
+_STATUS_FOR_STREAM_ERROR: Final[Mapping[str, int]] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+# Status recorded for a request whose client went away (nginx's convention).
+CLIENT_CLOSED: Final = 499
+
+StreamItem = tuple[str, Mapping[str, Any]]
+
+
+@final
+@dataclass
+class JSONReply:
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int = 200
+
+
+@final
+@dataclass
+class StreamReply:
+    body: AsyncIterator[bytes]
+    headers: dict[str, str]
+    close: Callable[[], None]
+
+
+def _reply_headers(tr: TranslatedRequest, upstream_headers: Mapping[str, str]) -> dict[str, str]:
+    headers = ratelimit_headers(upstream_headers)
+    request_id = upstream_headers.get("request-id")
+    if request_id:
+        headers["x-request-id"] = request_id
+    if tr.ignored_params:
+        headers["x-trio-batcher-ignored-params"] = ",".join(tr.ignored_params)
+    return headers
+
+
+@final
+class ChatPipeline:
+    """Runs chat completions against one upstream; shared by every request of an app."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        upstream: UpstreamClient,
+        dispatcher: Dispatcher,
+        gate: AdmissionGate,
+        metrics: MetricsRegistry | None,
+    ) -> None:
+        self._settings = settings
+        self._upstream = upstream
+        self._dispatcher = dispatcher
+        self._gate = gate
+        self._metrics = metrics
+        self._options = TranslationOptions(
+            default_model=settings.default_model,
+            default_max_tokens=settings.default_max_tokens,
+            anthropic_version=settings.anthropic_version,
+        )
+
+    async def handle(self, payload: object, arrived: float) -> JSONReply | StreamReply:
+        """Answer one request body; raises ``ProxyError`` for anything but success."""
+        tr = translate_request(payload, self._options)
+        slot = await self._admit()
+        deadline = arrived + self._settings.request_timeout_s
+        if tr.stream:
+            return await self._start_stream(tr, slot, arrived, deadline)
+        try:
+            return await self._complete(tr, arrived, deadline)
+        finally:
+            slot.release()
+
+    async def _admit(self) -> Slot:
+        try:
+            return await self._gate.acquire()
+        except Shed as shed:
+            if self._metrics is not None:
+                self._metrics.record_rejected(shed.reason)
+            retry_after = str(max(self._settings.retry_after_s, round(shed.retry_after)))
+            if shed.reason == "shutdown":
+                raise ProxyError(
+                    503,
+                    "The proxy is shutting down; retry on another instance.",
+                    code="shutdown",
+                    headers={"Retry-After": retry_after},
+                ) from None
+            raise ProxyError(
+                429,
+                f"The proxy is at capacity ({shed.reason}); retry after {retry_after} s.",
+                type="rate_limit_error",
+                code=shed.reason,
+                headers={"Retry-After": retry_after},
+            ) from None
+
+    # -- non-streaming ------------------------------------------------------------------------
+
+    async def _complete(self, tr: TranslatedRequest, arrived: float, deadline: float) -> JSONReply:
+        ticket: Ticket[UpstreamReply] = self._dispatcher.submit_nowait(
+            partial(self._upstream.create_message, tr.body)
+        )
+        reply: UpstreamReply | None = None
+        status = CLIENT_CLOSED
+        try:
+            with trio.move_on_at(deadline):
+                reply = await ticket.wait()
+            if reply is None:
+                raise _deadline_error(self._settings)
+            status = 200
+        except ProxyError as exc:
+            status = exc.status
+            raise
+        except Exception:
+            status = 500
+            raise
+        finally:
+            ticket.cancel()
+            if status != 200:
+                self._record_error(tr.model, status, self._timing(arrived, ticket), stream=False)
+        body = translate_response(
+            reply.message,
+            model=tr.model,
+            completion_id=new_completion_id(),
+            created=int(time.time()),
+        )
+        timing = self._timing(
+            arrived, ticket, reply.started_at, reply.first_byte_at, reply.finished_at
+        )
+        if self._metrics is not None:
+            self._metrics.record_success(tr.model, reply.message.get("usage") or {}, timing)
+        headers = _reply_headers(tr, reply.headers)
+        headers["Server-Timing"] = timing.server_timing_header()
+        return JSONReply(body, headers)
+
+    # -- streaming ----------------------------------------------------------------------------
+
+    async def _pump(
+        self, body: Mapping[str, Any], deadline: float, send: trio.MemorySendChannel[StreamItem]
+    ) -> None:
+        """The stream job: relay upstream events into ``send`` until the stream ends.
+
+        Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
+        batching) for the whole stream. Returns quietly if the reader went away.
+        """
+        async with send:
+            with trio.move_on_at(deadline) as scope:
+                stream = await self._upstream.open_stream(body)
+                try:
+                    await send.send(
+                        (
+                            _HEADERS_EVENT,
+                            {
+                                "headers": stream.headers,
+                                "started_at": stream.started_at,
+                                "first_byte_at": stream.first_byte_at,
+                            },
+                        )
+                    )
+                    async for item in stream.events():
+                        await send.send(item)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                finally:
+                    await stream.aclose()
+            if scope.cancelled_caught:
+                raise _deadline_error(self._settings)
+
+    async def _start_stream(
+        self, tr: TranslatedRequest, slot: Slot, arrived: float, deadline: float
+    ) -> StreamReply:
+        send, recv = trio.open_memory_channel[StreamItem](_STREAM_BUFFER)
+        ticket: Ticket[None] = self._dispatcher.submit_nowait(
+            partial(self._pump, tr.body, deadline, send)
+        )
+        relay = _StreamRelay(self, tr, ticket, recv, slot, arrived)
+        handed_off = False
+        try:
+            with trio.move_on_at(deadline):
+                headers = await relay.read_prelude()
+                handed_off = True
+                return StreamReply(relay.body(), headers, relay.close)
+            raise _deadline_error(self._settings)
+        except ProxyError as exc:
+            relay.status = exc.status
+            raise
+        except Exception:
+            relay.status = 500
+            raise
+        finally:
+            if not handed_off:
+                relay.close()
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def _timing(
+        self,
+        arrived: float,
+        ticket: Ticket[Any],
+        started_at: float | None = None,
+        first_byte_at: float | None = None,
+        finished_at: float | None = None,
+        first_token_at: float | None = None,
+    ) -> Timing:
+        now = trio.current_time()
+        dispatched = ticket.started_at if ticket.started_at is not None else now
+        return Timing(
+            total=now - arrived,
+            queue=max(0.0, dispatched - arrived),
+            upstream_ttfb=None
+            if started_at is None or first_byte_at is None
+            else first_byte_at - started_at,
+            ttft=None if first_token_at is None else first_token_at - arrived,
+            upstream=None if started_at is None else (finished_at or now) - started_at,
+        )
+
+    def _record_error(self, model: str, status: int, timing: Timing, *, stream: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.record_error(model, status, timing, stream=stream)
+
+
+def _deadline_error(settings: Settings) -> ProxyError:
+    return ProxyError(
+        504,
+        f"The request did not complete within REQUEST_TIMEOUT_S "
+        f"({settings.request_timeout_s:g} s).",
+        code="request_timeout",
+    )
+
+
+def _stream_error_status(error: Mapping[str, Any]) -> int:
+    kind = error.get("error", {}).get("code") or error.get("error", {}).get("type") or ""
+    return _STATUS_FOR_STREAM_ERROR.get(str(kind), 502)
+
+
+@final
+class _StreamRelay:
+    """Owns one stream's resources from the first event to the last byte sent.
+
+    Ownership moves from the request handler to the response body generator once the
+    prelude is read; whichever holds it last calls ``close()``, exactly once.
+    """
+
+    def __init__(
+        self,
+        pipeline: ChatPipeline,
+        tr: TranslatedRequest,
+        ticket: Ticket[None],
+        recv: trio.MemoryReceiveChannel[StreamItem],
+        slot: Slot,
+        arrived: float,
+    ) -> None:
+        self._pipeline = pipeline
+        self._tr = tr
+        self._ticket = ticket
+        self._recv = recv
+        self._slot = slot
+        self._arrived = arrived
+        self._translator = StreamTranslator(
+            model=tr.model,
+            completion_id=new_completion_id(),
+            created=int(time.time()),
+            include_usage=tr.include_usage,
+        )
+        self._prelude: list[bytes] = []
+        self._upstream_started: float | None = None
+        self._upstream_first_byte: float | None = None
+        self._first_token_at: float | None = None
+        self._closed = False
+        self.status = CLIENT_CLOSED
+
+    async def _next(self) -> StreamItem | None:
+        """The next upstream event, or None at the end of the stream (job outcome checked)."""
+        try:
+            return await self._recv.receive()
+        except trio.EndOfChannel:
+            await self._ticket.wait()  # re-raises the job's ProxyError, if it failed
+            return None
+
+    def _feed(self, name: str, data: Mapping[str, Any]) -> list[bytes]:
+        if name == _HEADERS_EVENT:
+            self._upstream_headers: Mapping[str, str] = data["headers"]
+            self._upstream_started = data["started_at"]
+            self._upstream_first_byte = data["first_byte_at"]
+            return []
+        chunks = self._translator.feed(name, data)
+        if chunks and self._first_token_at is None and name not in ("message_start", "ping"):
+            self._first_token_at = trio.current_time()
+        return [encode_data(chunk) for chunk in chunks]
+
+    async def read_prelude(self) -> dict[str, str]:
+        """Read until the first content event, so early failures get a real status code."""
+        self._upstream_headers = {}
+        while True:
+            item = await self._next()
+            if item is None:
+                break
+            name, data = item
+            try:
+                self._prelude += self._feed(name, data)
+            except UpstreamStreamError as exc:
+                status = _stream_error_status(exc.error)
+                raise upstream_error(
+                    status,
+                    {
+                        "type": "error",
+                        "error": {
+                            "type": exc.error["error"].get("code")
+                            or exc.error["error"].get("type"),
+                            "message": exc.error["error"].get("message"),
+                        },
+                    },
+                    self._upstream_headers,
+                ) from None
+            if name not in (_HEADERS_EVENT, "message_start", "ping"):
+                break
+        headers = _reply_headers(self._tr, self._upstream_headers)
+        headers["Server-Timing"] = self._timing().server_timing_header()
+        return headers
+
+    def _timing(self) -> Timing:
+        return self._pipeline._timing(
+            self._arrived,
+            self._ticket,
+            self._upstream_started,
+            self._upstream_first_byte,
+            None,
+            self._first_token_at,
+        )
+
+    async def body(self) -> AsyncIterator[bytes]:
+        try:
+            for piece in self._prelude:
+                yield piece
+            self._prelude = []
+            while (item := await self._next()) is not None:
+                for piece in self._feed(*item):
+                    yield piece
+            for chunk in self._translator.finish():
+                yield encode_data(chunk)
+            yield DONE
+            self.status = 200
+        except UpstreamStreamError as exc:
+            self.status = _stream_error_status(exc.error)
+            yield encode_data(exc.error)
+        except ProxyError as exc:
+            self.status = exc.status
+            yield encode_data(exc.body())
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._ticket.cancel()
+        self._recv.close()
+        self._slot.release()
+        metrics = self._pipeline._metrics
+        if metrics is None:
+            return
+        timing = self._timing()
+        if self.status == 200:
+            usage = self._translator.upstream_usage
+            metrics.record_success(self._tr.model, usage, timing, stream=True)
+        else:
+            metrics.record_error(self._tr.model, self.status, timing, stream=True)

@@ -1,0 +1,273 @@
+"""``trio-batcher``: serve the proxy, run the simulated upstream, or benchmark both.
+
+Configuration errors end the process with exit code 2 and one line on stderr naming the
+variable or flag and the problem -- never a traceback -- so a typo in a deployment's
+environment is readable in any log viewer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, Final, NoReturn
+
+import trio
+
+from .app import create_app
+from .serving import serve_app
+from .settings import SPECS, Settings, SettingsError
+from .simulator import SimulatorConfig, run_simulator
+
+_PROG: Final = "trio-batcher"
+_SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{_PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (each overrides the environment variable it names)")
+    for spec in SPECS:
+        if spec.secret:
+            continue  # secrets come from the environment only: flags leak into `ps` output
+        group.add_argument(
+            spec.flag, dest=f"setting_{spec.env}", metavar="VALUE", help=f"{spec.env}: {spec.doc}"
+        )
+
+
+def _add_simulator_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
+    group = parser.add_argument_group("simulated upstream")
+    group.add_argument(
+        f"--{prefix}ttft-ms", type=float, default=None, help="time to first token (ms)"
+    )
+    group.add_argument(
+        f"--{prefix}tokens-per-s",
+        type=float,
+        default=None,
+        help="output token rate after the first token (0 = instant)",
+    )
+    group.add_argument(
+        f"--{prefix}jitter", type=float, default=None, help="relative latency jitter, e.g. 0.1"
+    )
+    group.add_argument(
+        f"--{prefix}error-rate", type=float, default=None, help="fraction answered with 500"
+    )
+    group.add_argument(
+        f"--{prefix}rate-429", type=float, default=None, help="fraction answered with 429"
+    )
+    group.add_argument(
+        f"--{prefix}rate-529", type=float, default=None, help="fraction answered with 529"
+    )
+    group.add_argument(f"--{prefix}seed", type=int, default=None, help="seed for jitter and faults")
+
+
+def _simulator_config(args: argparse.Namespace, prefix: str, **defaults: float) -> SimulatorConfig:
+    values: dict[str, Any] = dict(defaults)
+    for name in ("ttft_ms", "tokens_per_s", "jitter", "error_rate", "rate_429", "rate_529", "seed"):
+        value = getattr(args, f"{prefix}{name}")
+        if value is not None:
+            if value < 0:
+                _fail(f"--{prefix.replace('_', '-')}{name.replace('_', '-')} must be >= 0")
+            values[name] = value
+    return SimulatorConfig(**values)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description=(
+            "An OpenAI-compatible gateway in front of Anthropic's Messages API, built on trio."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the proxy",
+        description=(
+            "Run the proxy under hypercorn's trio worker. With --simulate, a simulated Anthropic "
+            "upstream runs in the same process, so no API key or network is needed."
+        ),
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    serve.add_argument(
+        "--simulate",
+        action="store_true",
+        help="start the simulated upstream in-process and use it (no key needed)",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="allow a non-loopback --host without PROXY_API_KEYS",
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _add_setting_flags(serve)
+    _add_simulator_flags(serve, "sim_")
+
+    simulate = sub.add_parser("simulate", help="run the simulated Anthropic upstream alone")
+    simulate.add_argument("--host", default="127.0.0.1")
+    simulate.add_argument("--port", type=int, default=8001)
+    simulate.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    _add_simulator_flags(simulate, "")
+    # argparse derives dest names with underscores; keep the prefix scheme uniform.
+    return parser
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {
+        spec.env: value
+        for spec in SPECS
+        if (value := getattr(args, f"setting_{spec.env}", None)) is not None
+    }
+    try:
+        return Settings.from_env(overrides=overrides)
+    except SettingsError as exc:
+        flag = next(s.flag for s in SPECS if s.env == exc.name)
+        where = f"{exc.name} (or {flag})" if exc.name in overrides else exc.name
+        _fail(f"{where}: {exc.problem}")
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def _stop_on_signals(stop: trio.Event, *, task_status: trio.TaskStatus[None]) -> None:
+    """First SIGINT/SIGTERM: graceful stop. A second one: stop now."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for signum in signals:
+            if stop.is_set():
+                raise KeyboardInterrupt
+            print(
+                f"{_PROG}: {signal.Signals(signum).name} received, shutting down gracefully "
+                "(send again to stop at once)",
+                file=sys.stderr,
+            )
+            stop.set()
+
+
+async def _serve(args: argparse.Namespace, settings: Settings) -> None:
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_stop_on_signals, stop)
+        upstream = settings.anthropic_base_url
+        sim_stop = trio.Event()
+        if args.simulate:
+            config = _simulator_config(args, "sim_", ttft_ms=150.0, tokens_per_s=120.0, jitter=0.1)
+            sim_host, sim_port = await nursery.start(
+                partial(run_simulator, config, "127.0.0.1", 0, shutdown=sim_stop)
+            )
+            upstream = f"http://{sim_host}:{sim_port}"
+            settings = settings.replace(anthropic_base_url=upstream, anthropic_api_key=_SIM_KEY)
+            upstream += " (simulated)"
+        app = create_app(settings)
+        async with trio.open_nursery() as server:
+            host, port = await server.start(
+                partial(
+                    serve_app,
+                    app,
+                    args.host,
+                    args.port,
+                    shutdown=stop,
+                    graceful_timeout=settings.shutdown_grace_s,
+                    access_log=args.access_log,
+                )
+            )
+            shown = f"[{host}]" if ":" in host else host
+            print(
+                f"{_PROG}: serving OpenAI-compatible API on http://{shown}:{port}/v1 -> {upstream}",
+                file=sys.stderr,
+                flush=True,
+            )
+        # The server has drained and run its lifespan shutdown: stop the simulator and signals.
+        sim_stop.set()
+        nursery.cancel_scope.cancel()
+
+
+async def _simulate(args: argparse.Namespace) -> None:
+    stop = trio.Event()
+    config = _simulator_config(args, "")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_stop_on_signals, stop)
+        async with trio.open_nursery() as server:
+            host, port = await server.start(
+                partial(run_simulator, config, args.host, args.port, shutdown=stop)
+            )
+            print(
+                f"{_PROG}: simulated Anthropic Messages API on http://{host}:{port}/v1/messages",
+                file=sys.stderr,
+                flush=True,
+            )
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.log_level)
+    try:
+        if args.command == "serve":
+            settings = _settings_from(args)
+            if not args.simulate and not settings.anthropic_api_key:
+                _fail(
+                    "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
+                    "`trio-batcher serve --simulate` (a built-in simulated upstream)."
+                )
+            if (
+                not _is_loopback(args.host)
+                and not settings.proxy_api_keys
+                and not args.allow_unauthenticated
+            ):
+                _fail(
+                    f"refusing to bind non-loopback --host {args.host} without PROXY_API_KEYS; set "
+                    "PROXY_API_KEYS or pass --allow-unauthenticated."
+                )
+            if not 0 <= args.port <= 65535:
+                _fail(f"--port must be between 0 and 65535, got {args.port}")
+            trio.run(_serve, args, settings)
+        elif args.command == "simulate":
+            trio.run(_simulate, args)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except (OSError, BaseExceptionGroup) as exc:
+        os_error = _find_os_error(exc)
+        if os_error is None:
+            raise
+        print(f"{_PROG}: error: {os_error.strerror or os_error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _find_os_error(exc: BaseException) -> OSError | None:
+    """The OSError (e.g. address in use) inside what trio raised, if that is all it was."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(OSError)
+        if matched is not None and rest is None:
+            first = matched.exceptions[0]
+            return _find_os_error(first)
+    return None

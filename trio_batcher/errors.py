@@ -1,0 +1,86 @@
+"""Errors the proxy answers with, in OpenAI's shape.
+
+Every error a client sees from us -- bad input, auth, shedding, an upstream failure -- is
+one ``ProxyError`` rendered as ``{"error": {"message", "type", "param", "code"}}`` with all
+four keys present, because that is what the ``openai`` SDK (and every client written
+against OpenAI) parses. Raising it anywhere below the HTTP layer is the one way to pick a
+status code; the HTTP layer only serialises it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+# OpenAI's own ``type`` strings where it has one for the status, ours otherwise.
+_DEFAULT_TYPES: Final[Mapping[int, str]] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+@final
+class ProxyError(Exception):
+    """An error with an HTTP status and an OpenAI-shaped body.
+
+    Args:
+      status: the HTTP status the client receives.
+      message: human-readable; never contains the upstream API key.
+      type: OpenAI error ``type``; defaults from the status.
+      param: the request field at fault (``"messages[2].content"``), when there is one.
+      code: a machine-readable code (``"queue_full"``, ``"model_not_found"``...).
+      headers: extra response headers (``Retry-After``, ``x-request-id``...).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _DEFAULT_TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
+        self.param = param
+        self.code = code
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, param=self.param, code=self.code)
+
+    def __repr__(self) -> str:
+        return f"ProxyError({self.status}, {self.message!r}, type={self.type!r}, param={self.param!r}, code={self.code!r})"
+
+
+def error_body(
+    message: str, type: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """The OpenAI error envelope; all four keys are always present."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def invalid_request(
+    message: str, *, param: str | None = None, code: str | None = None
+) -> ProxyError:
+    """A 400 ``invalid_request_error``: the shape every validation failure takes."""
+    return ProxyError(400, message, type="invalid_request_error", param=param, code=code)

@@ -1,0 +1,541 @@
+"""The observatory's registry: what the proxy counts about itself, and its JSON snapshot.
+
+Theory of operation
+-------------------
+Request handlers report each finished request once, synchronously, through
+``record_success`` / ``record_error``; the admission layer reports shed requests through
+``record_rejected`` and flushed windows through ``record_window``. Record methods never
+await, so on one trio loop they cannot interleave; a ``threading.Lock`` still guards every
+mutation and every read, so a reader on another thread (or a future threaded caller) sees a
+consistent state. It costs an uncontended acquire per call.
+
+Two kinds of state, kept apart on purpose:
+
+* **All-time counters** -- requests by model and status, tokens, cost, rejections, windows,
+  and cumulative latency histograms with fixed buckets. These only grow; Prometheus reads
+  them through :meth:`MetricsRegistry.statistics`, and the JSON snapshot is built from the
+  same object, so the two surfaces cannot disagree.
+* **Recent windows** -- the last ``window`` raw samples of each latency (a ``deque``), from
+  which the snapshot computes exact nearest-rank percentiles. Recent, not all-time: a slow
+  start-up does not haunt p99 forever, and a quiet proxy keeps showing old samples until new
+  traffic rolls them out.
+
+Requests the proxy refused before doing any work (``record_rejected``) are counted apart:
+they are outside ``requests`` and outside every latency sample, so shedding load cannot make
+the latency percentiles look better.
+
+Memory is bounded: windows by ``window`` (clamped to [1, 100000]), per-model entries by
+``max_models`` (later models share one ``(other)`` entry, since model names come from
+clients), status codes and rejection reasons by the code that produces them.
+
+When metrics are disabled the application holds no registry at all, so nothing here runs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Final, Literal, final
+
+from .pricing import ModelPrice, PriceTable, TokenUsage
+
+__all__ = [
+    "LATENCY_BUCKETS",
+    "WINDOW_MAX",
+    "WINDOW_MIN",
+    "Gauges",
+    "HistogramCounts",
+    "MetricsRegistry",
+    "MetricsStatistics",
+    "ModelStatistics",
+    "Timing",
+    "percentile",
+]
+
+WINDOW_MIN: Final = 1
+WINDOW_MAX: Final = 100_000
+# Seconds. LLM calls run from tens of milliseconds (a cached short reply, an early error) to
+# minutes (long generations), so the buckets span four orders of magnitude.
+LATENCY_BUCKETS: Final[tuple[float, ...]] = (
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+)  # fmt: skip
+NO_MODEL: Final = "(none)"
+OTHER_MODELS: Final = "(other)"
+_MAX_MODEL_NAME: Final = 128
+_WINDOW_REASONS: Final = ("size", "time", "drain")
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending, non-empty sequence.
+
+    The rank is ``round(p / 100 * (n - 1))`` clamped into ``[0, n - 1]``, with Python's
+    round (ties go to the even rank), so p100 is the maximum, p0 the minimum, a single
+    sample is every percentile, and the answer is always an observed sample, never an
+    interpolation.
+    """
+    n = len(sorted_values)
+    rank = round(p / 100.0 * (n - 1))
+    return sorted_values[max(0, min(n - 1, rank))]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Where one request's time went, in seconds (None where a part did not happen).
+
+    ``total`` is what the client experienced, admission wait included. ``queue`` is the
+    time before our upstream call started (gate wait plus window wait). ``upstream`` runs
+    from the call's start to its last byte, ``upstream_ttfb`` to its response headers;
+    ``ttft`` (streams) runs from the request's arrival to the first token sent.
+    """
+
+    total: float
+    queue: float = 0.0
+    upstream_ttfb: float | None = None
+    ttft: float | None = None
+    upstream: float | None = None
+
+    @property
+    def overhead(self) -> float:
+        """The proxy's own time: total minus queue minus upstream, never negative."""
+        upstream = 0.0 if self.upstream is None else self.upstream
+        return max(0.0, self.total - self.queue - upstream)
+
+    def server_timing_header(self) -> str:
+        """A ``Server-Timing`` header value, milliseconds, listing only the parts that apply.
+
+        Order: queue, upstream, ttfb, ttft, overhead, total; e.g.
+        ``queue;dur=1.2, upstream;dur=40.1, overhead;dur=0.4, total;dur=41.7``.
+        """
+        parts = [("queue", self.queue)]
+        if self.upstream is not None:
+            parts.append(("upstream", self.upstream))
+        if self.upstream_ttfb is not None:
+            parts.append(("ttfb", self.upstream_ttfb))
+        if self.ttft is not None:
+            parts.append(("ttft", self.ttft))
+        parts += [("overhead", self.overhead), ("total", self.total)]
+        return ", ".join(f"{name};dur={_header_ms(seconds)}" for name, seconds in parts)
+
+
+def _header_ms(seconds: float) -> str:
+    text = f"{seconds * 1000.0:.3f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """Instantaneous concurrency, read from the admission layer when a snapshot is taken."""
+
+    active: int
+    waiting: int
+    upstream_in_flight: int
+    upstream_cap: int | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HistogramCounts:
+    """An all-time latency histogram: cumulative counts per upper bound, then +Inf."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]  # len(bounds) + 1; the last is the +Inf bucket == count
+    sum: float
+    count: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ModelStatistics:
+    """All-time totals for one model name (or ``(none)`` / ``(other)``)."""
+
+    requests: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    cache_read: int
+    cache_write: int
+    cost_usd: Decimal
+    priced: bool
+
+
+@final
+@dataclass(frozen=True)
+class MetricsStatistics:
+    """A consistent copy of every all-time counter; what exporters read.
+
+    ``histograms`` is keyed ``request`` (total duration), ``ttft``, ``queue``, ``upstream``.
+    Token totals cover all traffic, priced or not; ``unpriced_*`` is the part of them whose
+    model has no price, and ``cost_usd`` covers only the priced part.
+    """
+
+    requests: Mapping[tuple[str, str], int]  # (model, status) -> count
+    success: int
+    errors: int
+    streamed: int
+    by_model: Mapping[str, ModelStatistics]
+    input_tokens: int
+    output_tokens: int
+    cache_read: int
+    cache_write: int
+    cost_usd: Decimal
+    unpriced_requests: int
+    unpriced_input_tokens: int
+    unpriced_output_tokens: int
+    unpriced_cache_read: int
+    unpriced_cache_write: int
+    rejected: Mapping[str, int]
+    windows: Mapping[str, int]
+    windowed_requests: int
+    histograms: Mapping[str, HistogramCounts]
+    started_at: float  # Unix time
+
+
+class _Histogram:
+    __slots__ = ("_counts", "_sum")
+
+    def __init__(self) -> None:
+        self._counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # bisect_left puts a value equal to a bound in that bound's bucket: Prometheus' "le".
+        self._counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self._sum += seconds
+
+    def counts(self) -> HistogramCounts:
+        running, cumulative = 0, []
+        for count in self._counts:
+            running += count
+            cumulative.append(running)
+        return HistogramCounts(LATENCY_BUCKETS, tuple(cumulative), self._sum, running)
+
+
+class _ModelTotals:
+    __slots__ = (
+        "cache_read",
+        "cache_write",
+        "cost",
+        "errors",
+        "input",
+        "output",
+        "price",
+        "priced",
+        "requests",
+        "shared",
+    )
+
+    def __init__(self, price: ModelPrice | None, *, priced: bool, shared: bool = False) -> None:
+        self.price = price
+        self.priced = priced
+        self.shared = shared  # the (other) entry: many names, so no single price
+        self.requests = self.errors = 0
+        self.input = self.output = self.cache_read = self.cache_write = 0
+        self.cost = Decimal(0)
+
+    def add_tokens(self, tokens: TokenUsage) -> None:
+        self.input += tokens.input
+        self.output += tokens.output
+        self.cache_read += tokens.cache_read
+        self.cache_write += tokens.cache_write
+
+    def frozen(self) -> ModelStatistics:
+        return ModelStatistics(
+            requests=self.requests,
+            errors=self.errors,
+            input_tokens=self.input,
+            output_tokens=self.output,
+            cache_read=self.cache_read,
+            cache_write=self.cache_write,
+            cost_usd=self.cost,
+            priced=self.priced,
+        )
+
+
+@final
+class MetricsRegistry:
+    """Counters, latency windows and cost estimates for one application instance.
+
+    Args:
+      window: how many recent samples each latency window keeps; clamped to [1, 100000].
+      pricing: the price table cost estimates come from.
+      max_models: distinct model names tracked individually; later ones share ``(other)``.
+      clock: monotonic seconds, for ``uptime_s`` (tests inject one).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int,
+        pricing: PriceTable,
+        max_models: int = 100,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window: Final = max(WINDOW_MIN, min(WINDOW_MAX, window))
+        self.pricing: Final = pricing
+        self._max_models = max(1, max_models)
+        self._clock = clock
+        self._started_mono = clock()
+        self._started_wall = time.time()
+        self._lock = threading.Lock()
+
+        self._requests: dict[tuple[str, str], int] = {}
+        self._success = self._errors = self._streamed = 0
+        self._models: dict[str, _ModelTotals] = {}
+        self._all = _ModelTotals(None, priced=True)  # tokens and cost over every model
+        self._unpriced = _ModelTotals(None, priced=False)  # successes without a price
+        self._rejected: dict[str, int] = {}
+        self._windows: dict[str, int] = dict.fromkeys(_WINDOW_REASONS, 0)
+        self._windowed_requests = 0
+        self._histograms = {name: _Histogram() for name in ("request", "ttft", "queue", "upstream")}
+        self._samples: dict[str, deque[float]] = {
+            name: deque(maxlen=self.window)
+            for name in ("total", "queue", "upstream_ttfb", "ttft", "upstream", "overhead")
+        }
+
+    # -- recording -------------------------------------------------------------------------
+
+    def record_success(
+        self, model: str, usage: Mapping[str, Any], timing: Timing, *, stream: bool = False
+    ) -> None:
+        """Count a request answered from upstream: latency, tokens, and cost if priced."""
+        tokens = TokenUsage.from_anthropic(usage)
+        with self._lock:
+            entry = self._count_request(model, "200", timing, stream)
+            self._success += 1
+            entry.add_tokens(tokens)
+            self._all.add_tokens(tokens)
+            price = self.pricing.price_for(model) if entry.shared else entry.price
+            if price is not None:
+                cost = price.cost(tokens)
+                entry.cost += cost
+                self._all.cost += cost
+            else:
+                entry.priced = False
+                self._unpriced.requests += 1
+                self._unpriced.add_tokens(tokens)
+
+    def record_error(
+        self, model: str | None, status: int, timing: Timing, *, stream: bool = False
+    ) -> None:
+        """Count a request that ended in an error: latency yes, tokens and cost no."""
+        with self._lock:
+            entry = self._count_request(model, str(status), timing, stream)
+            entry.errors += 1
+            self._errors += 1
+
+    def record_rejected(self, reason: str) -> None:
+        """Count a request shed before any work (queue_full, queue_timeout, shutdown, ...).
+
+        Kept out of ``requests`` and every latency sample.
+        """
+        with self._lock:
+            self._rejected[reason] = self._rejected.get(reason, 0) + 1
+
+    def record_window(self, size: int, reason: Literal["size", "time", "drain"]) -> None:
+        """Count a flushed admission window of ``size`` requests and why it flushed."""
+        with self._lock:
+            self._windows[reason] = self._windows.get(reason, 0) + 1
+            self._windowed_requests += size
+
+    def _count_request(
+        self, model: str | None, status: str, timing: Timing, stream: bool
+    ) -> _ModelTotals:
+        name, entry = self._entry(model)
+        entry.requests += 1
+        self._requests[name, status] = self._requests.get((name, status), 0) + 1
+        if stream:
+            self._streamed += 1
+
+        samples, histograms = self._samples, self._histograms
+        samples["total"].append(timing.total)
+        histograms["request"].observe(timing.total)
+        samples["queue"].append(timing.queue)
+        histograms["queue"].observe(timing.queue)
+        samples["overhead"].append(timing.overhead)
+        if timing.upstream is not None:
+            samples["upstream"].append(timing.upstream)
+            histograms["upstream"].observe(timing.upstream)
+        if timing.upstream_ttfb is not None:
+            samples["upstream_ttfb"].append(timing.upstream_ttfb)
+        if timing.ttft is not None:
+            samples["ttft"].append(timing.ttft)
+            histograms["ttft"].observe(timing.ttft)
+        return entry
+
+    def _entry(self, model: str | None) -> tuple[str, _ModelTotals]:
+        name = NO_MODEL if model is None else model[:_MAX_MODEL_NAME]
+        entry = self._models.get(name)
+        if entry is not None:
+            return name, entry
+        if model is None:
+            entry = _ModelTotals(None, priced=False)
+        elif len(self._models) < self._max_models:
+            price = self.pricing.price_for(model)
+            entry = _ModelTotals(price, priced=price is not None)
+        else:
+            name = OTHER_MODELS
+            entry = self._models.get(name)
+            if entry is None:
+                # priced until an unpriced model lands here
+                entry = _ModelTotals(None, priced=True, shared=True)
+        self._models[name] = entry
+        return name, entry
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def statistics(self) -> MetricsStatistics:
+        """A consistent copy of the all-time counters."""
+        with self._lock:
+            return self._statistics()
+
+    def _statistics(self) -> MetricsStatistics:
+        everything, unpriced = self._all, self._unpriced
+        return MetricsStatistics(
+            requests=dict(self._requests),
+            success=self._success,
+            errors=self._errors,
+            streamed=self._streamed,
+            by_model={name: entry.frozen() for name, entry in self._models.items()},
+            input_tokens=everything.input,
+            output_tokens=everything.output,
+            cache_read=everything.cache_read,
+            cache_write=everything.cache_write,
+            cost_usd=everything.cost,
+            unpriced_requests=unpriced.requests,
+            unpriced_input_tokens=unpriced.input,
+            unpriced_output_tokens=unpriced.output,
+            unpriced_cache_read=unpriced.cache_read,
+            unpriced_cache_write=unpriced.cache_write,
+            rejected=dict(self._rejected),
+            windows=dict(self._windows),
+            windowed_requests=self._windowed_requests,
+            histograms={name: h.counts() for name, h in self._histograms.items()},
+            started_at=self._started_wall,
+        )
+
+    def snapshot(self, gauges: Gauges | None = None) -> dict[str, Any]:
+        """The JSON document served at ``GET /metrics``; see docs/metrics.md for every field.
+
+        Args:
+          gauges: current concurrency; without it the ``concurrency`` values are null.
+        """
+        with self._lock:
+            stats = self._statistics()
+            samples = {name: list(values) for name, values in self._samples.items()}
+            uptime = self._clock() - self._started_mono
+        # Sorting happens outside the lock: recording never waits on a snapshot's sort.
+        for values in samples.values():
+            values.sort()
+        total = samples["total"]
+
+        by_status: dict[str, int] = {}
+        for (_, status), count in stats.requests.items():
+            by_status[status] = by_status.get(status, 0) + count
+        windows_flushed = sum(stats.windows.values())
+        return {
+            "requests": {
+                "total": stats.success + stats.errors,
+                "success": stats.success,
+                "error": stats.errors,
+                "stream": stats.streamed,
+                "by_status": dict(sorted(by_status.items())),
+            },
+            "latency": {
+                "p50_ms": _percentile_ms(total, 50),
+                "p95_ms": _percentile_ms(total, 95),
+                "p99_ms": _percentile_ms(total, 99),
+                "max_ms": _percentile_ms(total, 100),
+                "sample_count": len(total),
+                "window": self.window,
+            },
+            "tokens": {
+                "input": stats.input_tokens,
+                "output": stats.output_tokens,
+                "cache_read": stats.cache_read,
+                "cache_write": stats.cache_write,
+                "total": stats.input_tokens
+                + stats.output_tokens
+                + stats.cache_read
+                + stats.cache_write,
+            },
+            "cost": {
+                "estimated_cost_usd": float(stats.cost_usd),
+                "estimate_complete": stats.unpriced_requests == 0,
+                "unpriced": {
+                    "requests": stats.unpriced_requests,
+                    "input_tokens": stats.unpriced_input_tokens,
+                    "output_tokens": stats.unpriced_output_tokens,
+                    "cache_read_tokens": stats.unpriced_cache_read,
+                    "cache_write_tokens": stats.unpriced_cache_write,
+                },
+                "by_model": {
+                    name: float(m.cost_usd) for name, m in stats.by_model.items() if m.cost_usd
+                },
+                "pricing_source": self.pricing.source,
+                "pricing_as_of": self.pricing.as_of,
+            },
+            "rejected": {
+                "total": sum(stats.rejected.values()),
+                "by_reason": dict(sorted(stats.rejected.items())),
+            },
+            "concurrency": {
+                "active": None if gauges is None else gauges.active,
+                "waiting": None if gauges is None else gauges.waiting,
+                "upstream_in_flight": None if gauges is None else gauges.upstream_in_flight,
+                "upstream_cap": None if gauges is None else gauges.upstream_cap,
+            },
+            "windows": {
+                "flushed": windows_flushed,
+                "by_reason": dict(stats.windows),
+                "mean_size": (
+                    round(stats.windowed_requests / windows_flushed, 3) if windows_flushed else None
+                ),
+            },
+            "by_model": {
+                name: {
+                    "requests": m.requests,
+                    "errors": m.errors,
+                    "input_tokens": m.input_tokens,
+                    "output_tokens": m.output_tokens,
+                    "cache_read": m.cache_read,
+                    "cache_write": m.cache_write,
+                    "cost_usd": float(m.cost_usd),
+                    "priced": m.priced,
+                }
+                for name, m in stats.by_model.items()
+            },
+            "timing": {
+                f"{name}_ms": _summary_ms(samples[name])
+                for name in ("queue", "upstream_ttfb", "ttft", "upstream", "overhead")
+            },
+            "started_at": datetime.fromtimestamp(stats.started_at, UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "uptime_s": round(uptime, 3),
+        }
+
+
+def _percentile_ms(sorted_seconds: Sequence[float], p: float) -> float | None:
+    if not sorted_seconds:
+        return None
+    value = percentile(sorted_seconds, p) * 1000.0
+    return round(value, 3) if math.isfinite(value) else None
+
+
+def _summary_ms(sorted_seconds: Sequence[float]) -> dict[str, float | int | None]:
+    return {
+        "p50": _percentile_ms(sorted_seconds, 50),
+        "p95": _percentile_ms(sorted_seconds, 95),
+        "p99": _percentile_ms(sorted_seconds, 99),
+        "max": _percentile_ms(sorted_seconds, 100),
+        "sample_count": len(sorted_seconds),
+    }

@@ -1,0 +1,182 @@
+"""The Prometheus view of the observatory: the registry's counters in exposition format.
+
+Nothing here counts anything. One custom collector reads
+:meth:`MetricsRegistry.statistics` (and the live gauges) at scrape time, so the text served
+at ``/metrics/prometheus`` and the JSON at ``/metrics`` are two renderings of the same
+numbers. Each exporter owns a private ``CollectorRegistry``: two app instances in one
+process (tests do this) never share or clash over series, and the process-global default
+registry stays untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from .metrics import Gauges, HistogramCounts, MetricsRegistry
+
+__all__ = ["PrometheusExporter"]
+
+PREFIX = "trio_batcher_"
+
+# registry key -> (metric name, help)
+_HISTOGRAMS = (
+    (
+        "request",
+        "request_duration_seconds",
+        "End-to-end request duration as the client saw it, admission wait included.",
+    ),
+    ("ttft", "ttft_seconds", "Streams: time from request arrival to the first token sent."),
+    (
+        "queue",
+        "queue_wait_seconds",
+        "Time before the upstream call started (admission gate plus window wait).",
+    ),
+    ("upstream", "upstream_duration_seconds", "Upstream call duration, start to last byte."),
+)
+
+
+class _RegistryCollector:
+    """Renders one MetricsRegistry (and the gauges) each time it is collected."""
+
+    def __init__(self, registry: MetricsRegistry, gauges_fn: Callable[[], Gauges]) -> None:
+        self._registry = registry
+        self._gauges_fn = gauges_fn
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._registry.statistics()
+
+        requests = CounterMetricFamily(
+            PREFIX + "requests",
+            "Requests answered, by model and HTTP status (shed requests are not counted here).",
+            labels=["model", "status"],
+        )
+        for (model, status), count in sorted(stats.requests.items()):
+            requests.add_metric([model, status], count)
+        yield requests
+
+        streamed = CounterMetricFamily(
+            PREFIX + "streamed_requests", "Requests answered as a stream (a subset of requests)."
+        )
+        streamed.add_metric([], stats.streamed)
+        yield streamed
+
+        tokens = CounterMetricFamily(
+            PREFIX + "tokens",
+            "Tokens reported by the upstream, by model and kind; input is uncached input.",
+            labels=["model", "kind"],
+        )
+        cost = CounterMetricFamily(
+            PREFIX + "cost_usd",
+            "Estimated spend in USD from the price table; unpriced models contribute nothing.",
+            labels=["model"],
+        )
+        for model, m in sorted(stats.by_model.items()):
+            if m.requests > m.errors:  # error-only models have no usage to report
+                for kind, value in (
+                    ("input", m.input_tokens),
+                    ("output", m.output_tokens),
+                    ("cache_read", m.cache_read),
+                    ("cache_write", m.cache_write),
+                ):
+                    tokens.add_metric([model, kind], value)
+            if m.priced or m.cost_usd:
+                cost.add_metric([model], float(m.cost_usd))
+        yield tokens
+        yield cost
+
+        unpriced = CounterMetricFamily(
+            PREFIX + "unpriced_requests",
+            "Successful requests whose model has no price; nonzero means cost is incomplete.",
+        )
+        unpriced.add_metric([], stats.unpriced_requests)
+        yield unpriced
+
+        rejected = CounterMetricFamily(
+            PREFIX + "rejected",
+            "Requests shed before any work, by reason (outside requests_total and latency).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.rejected.items()):
+            rejected.add_metric([reason], count)
+        yield rejected
+
+        windows = CounterMetricFamily(
+            PREFIX + "windows_flushed",
+            "Admission windows flushed, by what flushed them.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.windows.items()):
+            windows.add_metric([reason], count)
+        yield windows
+
+        windowed = CounterMetricFamily(
+            PREFIX + "windowed_requests",
+            "Requests released by flushed windows; divided by windows_flushed, the mean size.",
+        )
+        windowed.add_metric([], stats.windowed_requests)
+        yield windowed
+
+        for key, name, doc in _HISTOGRAMS:
+            histogram = HistogramMetricFamily(PREFIX + name, doc)
+            counts = stats.histograms[key]
+            histogram.add_metric([], _buckets(counts), counts.sum)
+            yield histogram
+
+        gauges = self._gauges_fn()
+        for name, doc, value in (
+            ("inflight_requests", "Requests being handled now.", gauges.active),
+            ("waiting_requests", "Requests waiting for admission.", gauges.waiting),
+            ("upstream_inflight", "Upstream calls in flight.", gauges.upstream_in_flight),
+        ):
+            yield GaugeMetricFamily(PREFIX + name, doc, value=value)
+        if gauges.upstream_cap is not None:
+            yield GaugeMetricFamily(
+                PREFIX + "upstream_concurrency_cap",
+                "Current cap on concurrent upstream calls.",
+                value=gauges.upstream_cap,
+            )
+
+        yield GaugeMetricFamily(
+            PREFIX + "start_time_seconds",
+            "When this registry started, Unix time; a change means the counters reset.",
+            value=stats.started_at,
+        )
+
+
+def _buckets(counts: HistogramCounts) -> list[tuple[str, float]]:
+    bounds = [repr(float(bound)) for bound in counts.bounds] + ["+Inf"]
+    return list(zip(bounds, map(float, counts.cumulative), strict=True))
+
+
+class PrometheusExporter:
+    """Serves one MetricsRegistry in Prometheus' text format from a private registry.
+
+    Args:
+      registry: the metrics to expose.
+      gauges_fn: returns the current concurrency gauges; called once per scrape.
+    """
+
+    def __init__(self, registry: MetricsRegistry, gauges_fn: Callable[[], Gauges]) -> None:
+        self.collector_registry = CollectorRegistry(auto_describe=False)
+        self.collector_registry.register(_RegistryCollector(registry, gauges_fn))
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """Return ``(body, content_type)`` for a scrape.
+
+        Without ``accept`` this is the classic text format (version 0.0.4), which every
+        Prometheus reads. Pass the request's ``Accept`` header to let a scraper that asks
+        for OpenMetrics get it.
+        """
+        if accept is None:
+            return generate_latest(self.collector_registry), CONTENT_TYPE_PLAIN_0_0_4
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.collector_registry), content_type

@@ -1,0 +1,61 @@
+"""Run an ASGI app under hypercorn's trio worker, inside a nursery the caller owns.
+
+Tests, the embedded simulator and ``trio-batcher serve`` all host servers the same way:
+``await nursery.start(serve_app, app, ...)`` returns the bound ``(host, port)`` once the
+socket is listening, and setting ``shutdown`` makes hypercorn stop accepting, let in-flight
+requests finish for up to ``graceful_timeout`` seconds, and run the app's lifespan
+shutdown. Binding port 0 picks a free ephemeral port.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+
+def hypercorn_config(
+    host: str, port: int, *, graceful_timeout: float = 30.0, access_log: bool = False
+) -> Config:
+    config = Config()
+    config.bind = [f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"]
+    config.graceful_timeout = graceful_timeout
+    # LLM calls and SSE streams outlive hypercorn's defaults; our own deadlines govern them.
+    config.keep_alive_timeout = 75.0
+    config.read_timeout = None
+    config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    return config
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """``"127.0.0.1:8000"`` / ``"[::1]:8000"`` → ``("127.0.0.1", 8000)``."""
+    host, _, port = bind.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def serve_app(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    shutdown: trio.Event | None = None,
+    graceful_timeout: float = 30.0,
+    access_log: bool = False,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` until ``shutdown`` is set (or the caller's scope is cancelled).
+
+    Reports the first bound ``(host, port)`` through ``task_status``.
+    """
+    config = hypercorn_config(host, port, graceful_timeout=graceful_timeout, access_log=access_log)
+    trigger = shutdown.wait if shutdown is not None else trio.sleep_forever
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(serve, app, config, shutdown_trigger=trigger)
+        )
+        task_status.started(parse_bind(binds[0].removeprefix("http://")))

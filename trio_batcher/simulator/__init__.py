@@ -1,0 +1,30 @@
+"""A simulated Anthropic Messages API: ``trio-batcher serve --simulate`` and the benchmark's
+upstream, faithful enough that the official ``anthropic`` SDK parses everything it sends.
+
+See ``app.py`` for the request flow, ``replies.py`` for what it answers, ``faults.py`` for
+fault injection and ``stats.py`` for ``/_sim/stats``.
+"""
+
+from __future__ import annotations
+
+from .app import create_simulator_app as create_simulator_app
+from .app import run_simulator as run_simulator
+from .config import SimulatorConfig as SimulatorConfig
+from .errors import SimulatorError as SimulatorError
+from .errors import SimulatorInvalidRequest as SimulatorInvalidRequest
+from .faults import Faults as Faults
+from .faults import parse_faults as parse_faults
+from .latency import schedule as schedule
+from .validation import validate_messages_request as validate_messages_request
+
+__all__ = [
+    "Faults",
+    "SimulatorConfig",
+    "SimulatorError",
+    "SimulatorInvalidRequest",
+    "create_simulator_app",
+    "parse_faults",
+    "run_simulator",
+    "schedule",
+    "validate_messages_request",
+]

@@ -1,0 +1,426 @@
+"""The simulated Anthropic Messages API as a quart-trio app.
+
+Theory of operation: a thin ASGI wrapper (``_Instrumented``) sits in front of Quart. For
+every request it picks the ``request-id``, appends it and the ``anthropic-ratelimit-*``
+headers to whatever response goes out, and, for ``POST /v1/messages``, opens the request's
+``Trace`` and guarantees in its ``finally`` that the trace is closed -- as ``abandoned``
+when nothing else closed it, i.e. when the client disconnected and quart-trio cancelled the
+handler or the stream body. The route handlers do the rest in this order: auth,
+``anthropic-version``, body size and JSON, validation, fault directives and draws, then the
+reply (pure, see ``replies.py``), delivered on the latency model's schedule either as one
+JSON body or as SSE events. Everything a request does to shared state (counters, the
+prompt cache, the RNG) happens without a checkpoint in between, so trio tasks never see it
+half-done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Final, cast, final
+
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from ..serving import serve_app
+from .config import API_VERSIONS, SimulatorConfig
+from .errors import DEFAULT_MESSAGES, SimulatorError, error_json, error_type_for
+from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_faults, parse_faults
+from .latency import reply_delay, schedule
+from .models import find_model, list_models
+from .prompt import PromptCache, analyse_prompt
+from .replies import Reply, build_reply
+from .sse import Event, error_event, render_stream
+from .stats import SimulatorStats, Trace
+from .validation import validate_count_tokens_request, validate_messages_request
+
+_TRACE: Final = "trio_batcher.sim.trace"
+_REQUEST_ID: Final = "trio_batcher.sim.request_id"
+_JSON: Final = "application/json"
+
+# Plausible account limits for the anthropic-ratelimit-* headers.
+_LIMITS: Final = {
+    "requests": 4_000,
+    "tokens": 2_400_000,
+    "input-tokens": 2_000_000,
+    "output-tokens": 400_000,
+}
+
+
+@final
+class SimulatorState:
+    """Everything one simulator app shares between requests."""
+
+    def __init__(self, config: SimulatorConfig) -> None:
+        self.config = config
+        self.stats = SimulatorStats()
+        self.cache = PromptCache(config.cache_entries)
+        self.rng = random.Random(config.seed)
+        self._reset_second = -1
+        self._reset_at = b""
+
+    def reset(self) -> None:
+        """Zero the counters, empty the prompt cache and re-seed the RNG."""
+        self.stats.reset()
+        self.cache.clear()
+        self.rng.seed(self.config.seed)
+
+    def response_headers(self, request_id: str, status: int) -> list[tuple[bytes, bytes]]:
+        """``request-id`` and the rate-limit headers (reset: the next second, RFC 3339)."""
+        now = int(time.time())
+        if now != self._reset_second:
+            self._reset_second = now
+            self._reset_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 1)).encode()
+        headers = [(b"request-id", request_id.encode())]
+        busy = self.stats.in_flight
+        for name, limit in _LIMITS.items():
+            remaining = limit - busy if name == "requests" else limit
+            if status == 429:
+                remaining = 0
+            prefix = b"anthropic-ratelimit-" + name.encode()
+            headers.append((prefix + b"-limit", str(limit).encode()))
+            headers.append((prefix + b"-remaining", str(max(0, remaining)).encode()))
+            headers.append((prefix + b"-reset", self._reset_at))
+        return headers
+
+
+@final
+class SimulatorApp(QuartTrio):
+    """QuartTrio plus the simulator's per-request bookkeeping around every HTTP request.
+
+    ``asgi_app`` picks the request id, appends it and the rate-limit headers to whatever
+    response goes out, and for ``POST /v1/messages`` opens the trace and closes it in
+    ``finally`` as ``abandoned`` unless the handler already closed it.
+    """
+
+    def __init__(self, import_name: str, state: SimulatorState) -> None:
+        super().__init__(import_name)
+        self.sim = state
+
+    async def asgi_app(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/_sim/"):
+            await super().asgi_app(scope, receive, send)
+            return
+        state = self.sim
+        request_id = "req_sim" + os.urandom(12).hex()
+        extras = cast(dict[str, Any], scope)
+        extras[_REQUEST_ID] = request_id
+        tracked = scope["method"] == "POST" and scope["path"] == "/v1/messages"
+        trace = Trace(request_id, time.monotonic())
+        if tracked:
+            extras[_TRACE] = trace
+            state.stats.begin(trace)
+
+        async def send_with_headers(message: ASGISendEvent) -> None:
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                trace.status = status
+                extra = state.response_headers(request_id, status)
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        try:
+            await super().asgi_app(scope, receive, send_with_headers)
+        finally:
+            if tracked:
+                state.stats.finish(trace, "abandoned")
+
+
+def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
+    """The simulated upstream as an ASGI app; host it with ``serving.serve_app``.
+
+    Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, ``GET /v1/models``,
+    ``GET /v1/models/<id>``, and the introspection endpoints ``GET /_sim/stats``
+    (``?recent=N`` limits the traces returned) and ``POST /_sim/reset``.
+    """
+    state = SimulatorState(config)
+    app = SimulatorApp(__name__, state)
+    app.config["RESPONSE_TIMEOUT"] = None  # streams may outlive Quart's 60 s default
+    app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
+
+    @app.post("/v1/messages")
+    async def messages() -> Response:
+        return await _messages(state)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens() -> Response:
+        try:
+            api_version = _check_headers(config)
+            _, body = await _read_json(config)
+            validate_count_tokens_request(body, api_version=api_version)
+            prompt = analyse_prompt(body, seed=config.seed, cache_hint=False)
+            return _json_response({"input_tokens": prompt.input_tokens})
+        except SimulatorError as error:
+            return _error_response(error)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        try:
+            _check_auth(config)
+            args = request.args
+            limit = args.get("limit", default=20, type=int) or 20
+            page = list_models(
+                limit=max(1, min(limit, 1000)),
+                after_id=args.get("after_id"),
+                before_id=args.get("before_id"),
+            )
+            return _json_response(page)
+        except SimulatorError as error:
+            return _error_response(error)
+
+    @app.get("/v1/models/<path:model_id>")
+    async def model(model_id: str) -> Response:
+        try:
+            _check_auth(config)
+            found = find_model(model_id)
+            if found is None:
+                raise SimulatorError(404, f"model: {model_id}")
+            return _json_response(found)
+        except SimulatorError as error:
+            return _error_response(error)
+
+    @app.get("/_sim/stats")
+    async def stats() -> Response:
+        recent = request.args.get("recent", default=None, type=int)
+        return _json_response(state.stats.snapshot(recent))
+
+    @app.post("/_sim/reset")
+    async def reset() -> Response:
+        state.reset()
+        return _json_response({"ok": True})
+
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        message = f"{request.method} {request.path}: {error.name}"
+        if status == 404:
+            message = f"Not found: {request.path}"
+        return _error_response(SimulatorError(status, message), headers=error.get_headers())
+
+    @app.errorhandler(Exception)
+    async def unexpected(error: Exception) -> Response:
+        app.logger.exception("simulator bug", exc_info=error)
+        return _error_response(SimulatorError(500, "Simulated upstream internal error"))
+
+    return app
+
+
+async def run_simulator(
+    config: SimulatorConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    shutdown: trio.Event | None = None,
+    graceful_timeout: float = 5.0,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the simulator until ``shutdown`` is set; reports ``(host, port)`` when bound.
+
+    ``graceful_timeout`` bounds how long shutdown waits for in-flight requests (a
+    ``hang=1`` request never finishes by itself).
+    """
+    await serve_app(
+        create_simulator_app(config),
+        host,
+        port,
+        shutdown=shutdown,
+        graceful_timeout=graceful_timeout,
+        task_status=task_status,
+    )
+
+
+# --------------------------------------------------------------------------- request handling
+
+
+def _check_auth(config: SimulatorConfig) -> None:
+    key = request.headers.get("x-api-key", "")
+    if not key:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            key = token.strip()
+    if not key:
+        raise SimulatorError(401, "x-api-key header or Authorization: Bearer is required")
+    if config.api_keys and key not in config.api_keys:
+        raise SimulatorError(401, "invalid x-api-key")
+
+
+def _check_headers(config: SimulatorConfig) -> str:
+    """Auth, then ``anthropic-version``; returns the version."""
+    _check_auth(config)
+    version = request.headers.get("anthropic-version")
+    if not version:
+        raise SimulatorError(400, "anthropic-version: header is required")
+    if version not in API_VERSIONS:
+        raise SimulatorError(400, f"anthropic-version: {version!r} is not a valid version")
+    return version
+
+
+async def _read_json(config: SimulatorConfig) -> tuple[bytes, Any]:
+    """The raw body and its decoded JSON."""
+    try:
+        raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    except RequestEntityTooLarge:
+        raise SimulatorError(
+            413,
+            f"Request exceeds the maximum allowed number of bytes ({config.max_request_bytes}).",
+        ) from None
+    if not raw:
+        raise SimulatorError(400, "body: request body is empty")
+    try:
+        return raw, json.loads(raw)
+    except ValueError:  # includes UnicodeDecodeError
+        raise SimulatorError(400, "body: There was an error parsing the body as JSON") from None
+
+
+async def _messages(state: SimulatorState) -> Response:
+    config = state.config
+    trace: Trace = cast(dict[str, Any], request.scope)[_TRACE]
+    # The latency model counts from the request's arrival, on trio's clock.
+    base = trio.current_time() - (time.monotonic() - trace.started_at)
+    try:
+        api_version = _check_headers(config)
+        raw, body = await _read_json(config)
+        validate_messages_request(body, api_version=api_version)
+        header = request.headers.get(FAULT_HEADER)
+        faults = parse_faults(header) if header else NO_FAULTS
+        faults = faults.merged(embedded_faults(body))
+        trace.stream = body.get("stream") is True
+        drawn = draw_status(config, state.rng)
+        if faults != NO_FAULTS:
+            trace.fault = faults.describe()
+        elif drawn:
+            trace.fault = f"status={drawn}"
+        if faults.hang:
+            await trio.sleep_forever()
+        status = faults.status or drawn
+        if status:
+            raise _fault_error(status, faults, config)
+
+        prompt = analyse_prompt(body, seed=config.seed, cache_hint=b"cache_control" in raw)
+        usage = state.cache.usage(prompt, now=time.monotonic())
+        reply_tokens = config.reply_tokens if faults.tokens is None else faults.tokens
+        reply = build_reply(
+            body, digest=prompt.digest, input_usage=usage, reply_tokens=reply_tokens
+        )
+        trace.output_tokens = reply.output_tokens
+        offsets = schedule(reply.token_pieces, faults.latency_config(config), state.rng)
+        message_id = "msg_sim" + os.urandom(12).hex()
+        if trace.stream:
+            events = render_stream(reply, message_id)
+            trace.status = 200
+            body_iter = _stream(state, trace, events, offsets, base, faults)
+            response = Response(
+                body_iter, status=200, content_type="text/event-stream; charset=utf-8"
+            )
+            response.headers["cache-control"] = "no-cache"
+            response.timeout = None
+            return response
+        await trio.sleep_until(base + reply_delay(offsets, faults.latency_config(config)))
+        return _reply_response(state, trace, reply, message_id)
+    except SimulatorError as error:
+        state.stats.finish(trace, "error", error.status)
+        return _error_response(error)
+
+
+def _reply_response(state: SimulatorState, trace: Trace, reply: Reply, message_id: str) -> Response:
+    data = json.dumps(reply.message_json(message_id)).encode()
+    trace.first_token_at = time.monotonic()
+    state.stats.finish(trace, "completed", 200)
+    return Response(data, status=200, content_type=_JSON)
+
+
+def _fault_error(status: int, faults: Faults, config: SimulatorConfig) -> SimulatorError:
+    kind = error_type_for(status)
+    headers: dict[str, str] = {}
+    if status in (429, 529):
+        retry = config.retry_after_s if faults.retry_after is None else faults.retry_after
+        headers["retry-after"] = f"{retry:g}"
+    message = DEFAULT_MESSAGES.get(kind, f"Simulated {status} fault")
+    return SimulatorError(status, message, type=kind, headers=headers)
+
+
+async def _stream(
+    state: SimulatorState,
+    trace: Trace,
+    events: list[Event],
+    offsets: list[float],
+    base: float,
+    faults: Faults,
+) -> AsyncIterator[bytes]:
+    """The SSE body: events on the latency schedule, coalescing those already due.
+
+    Closes the trace itself before yielding the final chunk; if the client goes away first,
+    quart-trio cancels this generator and the ASGI wrapper records the abandon.
+    """
+    request_id = trace.request_id
+    stats = state.stats
+    if faults.stream_error_first:
+        trace.note_event(time.monotonic())
+        stats.finish(trace, "error")
+        yield error_event("overloaded_error", "Overloaded", request_id)
+        return
+    error_after = faults.stream_error_after
+    message_delta_at = len(events) - 2
+    pending: list[bytes] = []
+    first_token_pending = False
+    k = 0
+
+    def flush() -> bytes:
+        nonlocal first_token_pending
+        now = time.monotonic()
+        trace.note_event(now)
+        if first_token_pending:
+            trace.first_token_at = now
+            first_token_pending = False
+        data = b"".join(pending)
+        pending.clear()
+        return data
+
+    for i, event in enumerate(events):
+        if error_after is not None and (
+            i == message_delta_at or (event.token and k >= error_after)
+        ):
+            pending.append(error_event("overloaded_error", "Overloaded", request_id))
+            data = flush()
+            stats.finish(trace, "error")
+            yield data
+            return
+        if event.token:
+            deadline = base + offsets[k]
+            if deadline > trio.current_time():
+                if pending:
+                    yield flush()
+                await trio.sleep_until(deadline)
+            if k == 0:
+                first_token_pending = True
+            k += 1
+        pending.append(event.data)
+    data = flush()
+    stats.finish(trace, "completed")
+    yield data
+
+
+def _json_response(payload: object, status: int = 200) -> Response:
+    return Response(json.dumps(payload).encode(), status=status, content_type=_JSON)
+
+
+def _error_response(error: SimulatorError, headers: Any = None) -> Response:
+    request_id = cast(dict[str, Any], request.scope).get(_REQUEST_ID)
+    response = Response(
+        error_json(error.type, error.message, request_id), status=error.status, content_type=_JSON
+    )
+    for name, value in error.headers.items():
+        response.headers[name] = value
+    if headers:
+        for name, value in headers:
+            if name.lower() != "content-type":
+                response.headers[name] = value
+    return response

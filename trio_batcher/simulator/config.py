@@ -1,0 +1,64 @@
+"""Settings of the simulated Anthropic upstream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, final
+
+API_VERSIONS: Final = frozenset({"2023-06-01", "2026-10-21"})
+"""``anthropic-version`` values the simulator accepts; anything else is a 400."""
+
+MAX_REQUEST_BYTES: Final = 32 * 1024 * 1024
+"""Anthropic's request size limit (32 MiB); larger bodies are a 413 ``request_too_large``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SimulatorConfig:
+    """How the simulated upstream behaves.
+
+    Every random choice (latency jitter, fault draws) comes from one RNG seeded with
+    ``seed`` and advanced once per request, so a run with the same requests in the same
+    order behaves the same. Reply *content* does not depend on that RNG: it is derived from
+    the request itself, so the same request always gets the same reply.
+
+    Attributes:
+      ttft_ms: time to the first output token, in milliseconds.
+      tokens_per_s: output rate after the first token; 0 emits the rest at once.
+      jitter: fractional latency jitter: each delay is scaled by ``1 + jitter * u`` with
+        ``u`` uniform in [-1, 1].
+      seed: seeds the latency/fault RNG and is mixed into reply content.
+      error_rate: fraction of requests answered with 500 ``api_error``.
+      rate_429: fraction answered with 429 ``rate_limit_error``.
+      rate_529: fraction answered with 529 ``overloaded_error``.
+      retry_after_s: the ``retry-after`` (seconds) sent with 429 and 529.
+      api_keys: accepted API keys; empty accepts any non-empty key.
+      reply_tokens: length of a text reply in tokens (capped by ``max_tokens``).
+      max_request_bytes: bodies above this are refused with 413.
+      cache_entries: capacity of the prompt-cache LRU.
+    """
+
+    ttft_ms: float = 0
+    tokens_per_s: float = 0
+    jitter: float = 0.0
+    seed: int = 0
+    error_rate: float = 0
+    rate_429: float = 0
+    rate_529: float = 0
+    retry_after_s: float = 1
+    api_keys: frozenset[str] = field(default_factory=frozenset)
+    reply_tokens: int = 24
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    cache_entries: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "tokens_per_s", "retry_after_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimulatorConfig.{name} must be >= 0")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("SimulatorConfig.jitter must be within [0, 1]")
+        rates = (self.error_rate, self.rate_429, self.rate_529)
+        if any(r < 0 for r in rates) or sum(rates) > 1:
+            raise ValueError("SimulatorConfig fault rates must be >= 0 and sum to at most 1")
+        if self.reply_tokens < 0 or self.max_request_bytes < 1 or self.cache_entries < 0:
+            raise ValueError("SimulatorConfig sizes must be positive")

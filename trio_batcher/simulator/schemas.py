@@ -1,0 +1,202 @@
+"""Deterministic example values for a JSON Schema: tool inputs and structured outputs.
+
+Covers what tool and structured-output schemas use in practice: ``type`` (or a list of
+types), ``enum`` / ``const`` (first value), ``default``, ``anyOf`` / ``oneOf`` (first
+branch), ``allOf`` (merged objects), local ``$ref`` (``#/$defs/...``, ``#/definitions/...``),
+objects (the ``required`` properties, or all properties when none are required),
+arrays (``minItems`` items, at least one, ``prefixItems``), strings (``format``,
+``minLength``, ``maxLength``), numbers and integers (within ``minimum`` / ``maximum``).
+Pure: the value depends only on the schema and property names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+MAX_DEPTH: Final = 8
+
+_FORMATS: Final[Mapping[str, str]] = {
+    "date-time": "2026-01-01T12:00:00Z",
+    "date": "2026-01-01",
+    "time": "12:00:00",
+    "email": "user@example.com",
+    "uri": "https://example.com/",
+    "url": "https://example.com/",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+    "hostname": "example.com",
+    "ipv4": "192.0.2.1",
+    "ipv6": "2001:db8::1",
+}
+
+
+def example_value(schema: object, *, name: str = "value") -> Any:
+    """A value valid for ``schema`` (best effort for unsupported keywords)."""
+    root = schema if isinstance(schema, dict) else {}
+    return _value(schema, root, name, 0)
+
+
+def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    for _ in range(MAX_DEPTH):
+        ref = schema.get("$ref")
+        if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+            return schema
+        target: Any = root
+        for part in ref[2:].split("/") if ref != "#" else ():
+            key = part.replace("~1", "/").replace("~0", "~")
+            target = target.get(key, {}) if isinstance(target, dict) else {}
+        schema = target if isinstance(target, dict) else {}
+    return schema
+
+
+def _value(schema: object, root: Mapping[str, Any], name: str, depth: int) -> Any:
+    if not isinstance(schema, dict):
+        return f"{name} value"  # ``true`` / ``{}`` accept anything
+    schema = _resolve(schema, root)
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    if "default" in schema:
+        return schema["default"]
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            return _value(_non_null_first(options, root), root, name, depth + 1)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and all_of:
+        merged: dict[str, Any] = {}
+        for part in all_of:
+            if isinstance(part, dict):
+                part = _resolve(part, root)
+                for key, value in part.items():
+                    if key in ("properties", "required") and key in merged:
+                        merged[key] = (
+                            {**merged[key], **value} if key == "properties" else merged[key] + value
+                        )
+                    else:
+                        merged[key] = value
+        return _value(merged, root, name, depth + 1)
+    kind = _type(schema)
+    if depth >= MAX_DEPTH:
+        return _shallow(kind, name)
+    if kind == "object":
+        return _object(schema, root, depth)
+    if kind == "array":
+        return _array(schema, root, name, depth)
+    if kind == "string":
+        return _string(schema, name)
+    if kind == "integer":
+        return _integer(schema)
+    if kind == "number":
+        return _number(schema)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return f"{name} value"
+
+
+def _non_null_first(options: list[Any], root: Mapping[str, Any]) -> Any:
+    for option in options:
+        if not (isinstance(option, dict) and _resolve(option, root).get("type") == "null"):
+            return option
+    return options[0]
+
+
+def _type(schema: Mapping[str, Any]) -> str | None:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if kinds else "null"
+    if isinstance(kind, str):
+        return kind
+    if "properties" in schema:
+        return "object"
+    if "items" in schema or "prefixItems" in schema:
+        return "array"
+    return None
+
+
+def _shallow(kind: str | None, name: str) -> Any:
+    return {"object": {}, "array": [], "integer": 0, "number": 0, "boolean": False}.get(
+        kind or "", f"{name} value" if kind == "string" or kind is None else None
+    )
+
+
+def _object(schema: Mapping[str, Any], root: Mapping[str, Any], depth: int) -> dict[str, Any]:
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return {}
+    required = schema.get("required")
+    if isinstance(required, list) and required:
+        names = [n for n in required if n in properties]
+    else:
+        names = list(properties)
+    return {n: _value(properties[n], root, n, depth + 1) for n in names}
+
+
+def _array(schema: Mapping[str, Any], root: Mapping[str, Any], name: str, depth: int) -> list[Any]:
+    prefix = schema.get("prefixItems")
+    items = schema.get("items", {})
+    out: list[Any] = []
+    if isinstance(prefix, list):
+        out = [_value(p, root, name, depth + 1) for p in prefix]
+    low = schema.get("minItems")
+    count = max(low if isinstance(low, int) else 1, len(out))
+    high = schema.get("maxItems")
+    if isinstance(high, int):
+        count = min(count, high)
+    if items is False:
+        return out[:count]
+    while len(out) < count:
+        out.append(_value(items, root, name, depth + 1))
+    return out[:count]
+
+
+def _string(schema: Mapping[str, Any], name: str) -> str:
+    fmt = schema.get("format")
+    text = _FORMATS.get(fmt, f"{name} value") if isinstance(fmt, str) else f"{name} value"
+    low = schema.get("minLength")
+    if isinstance(low, int) and len(text) < low:
+        text = text + "x" * (low - len(text))
+    high = schema.get("maxLength")
+    if isinstance(high, int) and len(text) > high:
+        text = text[:high]
+    return text
+
+
+def _integer(schema: Mapping[str, Any]) -> int:
+    low, high = -math.inf, math.inf
+    if isinstance(schema.get("minimum"), int | float):
+        low = math.ceil(schema["minimum"])
+    if isinstance(schema.get("exclusiveMinimum"), int | float):
+        low = max(low, math.floor(schema["exclusiveMinimum"]) + 1)
+    if isinstance(schema.get("maximum"), int | float):
+        high = math.floor(schema["maximum"])
+    if isinstance(schema.get("exclusiveMaximum"), int | float):
+        high = min(high, math.ceil(schema["exclusiveMaximum"]) - 1)
+    value = 42
+    if value > high:
+        value = int(high)
+    if value < low:
+        value = int(low)
+    return value
+
+
+def _number(schema: Mapping[str, Any]) -> float:
+    low, high = -math.inf, math.inf
+    for key in ("minimum", "exclusiveMinimum"):
+        if isinstance(schema.get(key), int | float):
+            low = max(low, float(schema[key]))
+    for key in ("maximum", "exclusiveMaximum"):
+        if isinstance(schema.get(key), int | float):
+            high = min(high, float(schema[key]))
+    value = 4.2
+    if low < value < high or (value == low and "exclusiveMinimum" not in schema):
+        return value
+    if low != -math.inf and high != math.inf:
+        return (low + high) / 2
+    return low + 1 if low != -math.inf else high - 1

@@ -1,0 +1,737 @@
+"""Request validation as strict as Anthropic's Messages API -- and no stricter.
+
+Theory of operation: the real API is a pydantic model with ``extra="forbid"`` everywhere
+plus a few cross-field rules (tool_use/tool_result pairing, thinking budget, sampling
+parameters per API version). This module mirrors both layers as plain functions over the
+decoded JSON, so property tests elsewhere can call ``validate_messages_request`` directly to
+prove that translated requests are valid.
+
+Guarantees, in order of importance:
+
+1. Never reject a request the real API accepts. Where the API's behaviour is unknown, we
+   accept (for example a leading assistant turn, images in assistant turns, ``null`` for an
+   optional field).
+2. Reject what the real API is documented to reject, with a message that starts with the
+   dotted path of the offending field (``messages.1.content.0.text: ...``), like the API.
+
+The tables of allowed keys mirror the installed ``anthropic`` SDK's request TypedDicts (the
+test suite compares them), so a field the SDK can send is never "extra" here.
+
+Pure: no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn
+
+from .config import API_VERSIONS
+from .errors import SimulatorInvalidRequest
+
+__all__ = [
+    "BLOCK_KEYS",
+    "COUNT_TOKENS_KEYS",
+    "MESSAGES_KEYS",
+    "SimulatorInvalidRequest",
+    "validate_count_tokens_request",
+    "validate_messages_request",
+]
+
+NEW_API_VERSION: Final = "2026-10-21"
+SAMPLING_PARAMS: Final = ("temperature", "top_p", "top_k")
+
+MESSAGES_KEYS: Final = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "cache_control",
+        "container",
+        "diagnostics",
+        "inference_geo",
+        "metadata",
+        "output_config",
+        "service_tier",
+        "speed",
+        "stop_sequences",
+        "stream",
+        "system",
+        "thinking",
+        "tool_choice",
+        "tools",
+        *SAMPLING_PARAMS,
+    }
+)
+"""Top-level fields of ``POST /v1/messages`` (sampling parameters: version 2023-06-01 only)."""
+
+COUNT_TOKENS_KEYS: Final = frozenset(
+    {
+        "model",
+        "messages",
+        "cache_control",
+        "output_config",
+        "speed",
+        "system",
+        "thinking",
+        "tool_choice",
+        "tools",
+    }
+)
+"""Top-level fields of ``POST /v1/messages/count_tokens``."""
+
+BLOCK_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "text": frozenset({"type", "text", "cache_control", "citations"}),
+    "image": frozenset({"type", "source", "cache_control", "transformations"}),
+    "document": frozenset({"type", "source", "cache_control", "citations", "context", "title"}),
+    "tool_use": frozenset(
+        {"type", "id", "name", "input", "cache_control", "caller", "toolset_name"}
+    ),
+    "tool_result": frozenset(
+        {"type", "tool_use_id", "content", "is_error", "cache_control", "toolset_name"}
+    ),
+    "thinking": frozenset({"type", "thinking", "signature"}),
+    "redacted_thinking": frozenset({"type", "data"}),
+}
+"""Fields of the content blocks validated in depth."""
+
+# Blocks the SDK can send that the simulator passes through with a shallow check only.
+_OPAQUE_BLOCKS: Final = frozenset(
+    {
+        "search_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
+    }
+)
+_TOOL_RESULT_CONTENT: Final = frozenset(
+    {"text", "image", "document", "search_result", "tool_reference", "browser_state"}
+)
+_ASSISTANT_ONLY: Final = frozenset({"tool_use", "thinking", "redacted_thinking"})
+
+CUSTOM_TOOL_KEYS: Final = frozenset(
+    {
+        "name",
+        "description",
+        "input_schema",
+        "cache_control",
+        "strict",
+        "type",
+        "allowed_callers",
+        "defer_loading",
+        "eager_input_streaming",
+        "input_examples",
+    }
+)
+TOOL_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+TOOL_USE_ID: Final = re.compile(r"^[a-zA-Z0-9_-]+$")
+# Server tools are versioned by date (``web_search_20250305``); their own fields vary.
+_SERVER_TOOL_TYPE: Final = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$")
+
+IMAGE_MEDIA_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+MAX_CACHE_BREAKPOINTS: Final = 4
+MAX_MESSAGES: Final = 100_000
+MIN_THINKING_BUDGET: Final = 1024
+
+
+def validate_messages_request(body: object, *, api_version: str) -> None:
+    """Check a ``POST /v1/messages`` body the way the real API does.
+
+    Args:
+      body: the decoded JSON body.
+      api_version: the ``anthropic-version`` header value.
+
+    Raises:
+      SimulatorInvalidRequest: the first problem found; the message names the field.
+    """
+    _validate(body, api_version=api_version, allowed=MESSAGES_KEYS, count_tokens=False)
+
+
+def validate_count_tokens_request(body: object, *, api_version: str) -> None:
+    """Like ``validate_messages_request`` for ``POST /v1/messages/count_tokens``."""
+    _validate(body, api_version=api_version, allowed=COUNT_TOKENS_KEYS, count_tokens=True)
+
+
+# --------------------------------------------------------------------------- primitives
+
+
+def _fail(path: str, message: str) -> NoReturn:
+    raise SimulatorInvalidRequest(f"{path}: {message}" if path else message)
+
+
+def _join(path: str, key: str | int) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _object(value: object, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(path, "Input should be an object")
+    return value
+
+
+def _list(value: object, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        _fail(path, "Input should be a valid list")
+    return value
+
+
+def _string(value: object, path: str, *, non_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        _fail(path, "Input should be a valid string")
+    if non_empty and not value:
+        _fail(path, "String should have at least 1 character")
+    return value
+
+
+def _integer(value: object, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(path, "Input should be a valid integer")
+    return value
+
+
+def _number(value: object, path: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        _fail(path, "Input should be a valid number")
+    if not low <= value <= high:
+        _fail(path, f"Input should be between {low:g} and {high:g}")
+    return float(value)
+
+
+def _boolean(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        _fail(path, "Input should be a valid boolean")
+    return value
+
+
+def _choice(value: object, path: str, options: tuple[str, ...]) -> str:
+    if value not in options:
+        listed = ", ".join(repr(o) for o in options)
+        _fail(path, f"Input should be one of {listed}")
+    return str(value)
+
+
+def _only(obj: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            _fail(_join(path, key), "Extra inputs are not permitted")
+
+
+def _required(obj: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in obj:
+        _fail(_join(path, key), "Field required")
+    return obj[key]
+
+
+def _given(obj: Mapping[str, Any], key: str) -> bool:
+    """True when an optional field is present and not ``null`` (null means "not set")."""
+    return obj.get(key) is not None
+
+
+# --------------------------------------------------------------------------- request
+
+
+class _Counter:
+    """Counts ``cache_control`` breakpoints across tools, system and messages."""
+
+    __slots__ = ("breakpoints",)
+
+    def __init__(self) -> None:
+        self.breakpoints = 0
+
+
+def _validate(
+    body: object, *, api_version: str, allowed: frozenset[str], count_tokens: bool
+) -> None:
+    if api_version not in API_VERSIONS:
+        _fail("anthropic-version", f"{api_version!r} is not a supported API version")
+    if not isinstance(body, dict):
+        _fail("body", "Input should be a JSON object")
+    _only(body, allowed, "")
+
+    _string(_required(body, "model", ""), "model", non_empty=True)
+    max_tokens: int | None = None
+    if not count_tokens:
+        max_tokens = _integer(_required(body, "max_tokens", ""), "max_tokens")
+        if max_tokens < 0:  # 0 is valid: it pre-warms the prompt cache without a reply
+            _fail("max_tokens", "Input should be greater than or equal to 0")
+
+    counter = _Counter()
+    tool_names = _tools(body, counter)
+    if _given(body, "system"):
+        _system(body["system"], counter)
+    _messages(_required(body, "messages", ""), counter)
+    if counter.breakpoints > MAX_CACHE_BREAKPOINTS:
+        _fail(
+            "",
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {counter.breakpoints}.",
+        )
+
+    forced_tool = _tool_choice(body, tool_names)
+    thinking_on = _thinking(body, max_tokens)
+    if thinking_on and forced_tool:
+        _fail("tool_choice", "Thinking may not be enabled when tool_choice forces tool use.")
+    _sampling(body, api_version=api_version, thinking_on=thinking_on)
+
+    if _given(body, "stop_sequences"):
+        for i, seq in enumerate(_list(body["stop_sequences"], "stop_sequences")):
+            text = _string(seq, f"stop_sequences.{i}")
+            if not text.strip():
+                _fail(f"stop_sequences.{i}", "each stop sequence must contain non-whitespace")
+    if "stream" in body:
+        _boolean(body["stream"], "stream")
+    if _given(body, "metadata"):
+        metadata = _object(body["metadata"], "metadata")
+        _only(metadata, frozenset({"user_id"}), "metadata")
+        if _given(metadata, "user_id"):
+            _string(metadata["user_id"], "metadata.user_id")
+    if _given(body, "output_config"):
+        _output_config(body["output_config"])
+    if _given(body, "service_tier"):
+        _choice(body["service_tier"], "service_tier", ("auto", "standard_only"))
+    if _given(body, "speed"):
+        _choice(body["speed"], "speed", ("standard", "fast"))
+    if _given(body, "inference_geo"):
+        _string(body["inference_geo"], "inference_geo")
+    if _given(body, "cache_control"):
+        _cache_control(body["cache_control"], "cache_control")
+    if _given(body, "container") and not isinstance(body["container"], str | dict):
+        _fail("container", "Input should be a string or an object")
+    if _given(body, "diagnostics"):
+        _object(body["diagnostics"], "diagnostics")
+
+
+def _sampling(body: Mapping[str, Any], *, api_version: str, thinking_on: bool) -> None:
+    if api_version == NEW_API_VERSION:
+        for name in SAMPLING_PARAMS:
+            if name in body:
+                _fail(name, f"Extra inputs are not permitted with anthropic-version {api_version}")
+        return
+    if _given(body, "temperature"):
+        temperature = _number(body["temperature"], "temperature", 0, 1)
+        if thinking_on and temperature != 1:
+            _fail("temperature", "temperature may only be set to 1 when thinking is enabled")
+    if _given(body, "top_p"):
+        top_p = _number(body["top_p"], "top_p", 0, 1)
+        if thinking_on and top_p < 0.95:
+            _fail("top_p", "top_p must be between 0.95 and 1 when thinking is enabled")
+    if _given(body, "top_k"):
+        if _integer(body["top_k"], "top_k") < 0:
+            _fail("top_k", "Input should be greater than or equal to 0")
+        if thinking_on:
+            _fail("top_k", "top_k may not be set when thinking is enabled")
+    if _given(body, "temperature") and _given(body, "top_p"):
+        _fail("temperature", "`temperature` and `top_p` cannot both be specified; use only one")
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def _tools(body: Mapping[str, Any], counter: _Counter) -> frozenset[str]:
+    if not _given(body, "tools"):
+        return frozenset()
+    names: set[str] = set()
+    for i, tool in enumerate(_list(body["tools"], "tools")):
+        path = f"tools.{i}"
+        tool = _object(tool, path)
+        kind = tool.get("type")
+        if kind is not None and kind != "custom":
+            if not isinstance(kind, str) or not _SERVER_TOOL_TYPE.match(kind):
+                _fail(_join(path, "type"), f"unknown tool type {kind!r}")
+            name = _string(_required(tool, "name", path), _join(path, "name"), non_empty=True)
+        else:
+            _only(tool, CUSTOM_TOOL_KEYS, path)
+            name = _string(_required(tool, "name", path), _join(path, "name"))
+            if not TOOL_NAME.match(name):
+                _fail(_join(path, "name"), "String should match pattern '^[a-zA-Z0-9_-]{1,64}$'")
+            schema = _object(_required(tool, "input_schema", path), _join(path, "input_schema"))
+            if schema.get("type") != "object":
+                _fail(_join(path, "input_schema.type"), "Input should be 'object'")
+            if _given(tool, "description"):
+                _string(tool["description"], _join(path, "description"))
+            if _given(tool, "strict"):
+                _boolean(tool["strict"], _join(path, "strict"))
+            if _given(tool, "input_examples"):
+                examples = _list(tool["input_examples"], _join(path, "input_examples"))
+                for j, example in enumerate(examples):
+                    _object(example, _join(path, f"input_examples.{j}"))
+        if _given(tool, "cache_control"):
+            counter.breakpoints += 1
+            _cache_control(tool["cache_control"], _join(path, "cache_control"))
+        if name in names:
+            _fail("tools", "Tool names must be unique.")
+        names.add(name)
+    return frozenset(names)
+
+
+def _tool_choice(body: Mapping[str, Any], tool_names: frozenset[str]) -> bool:
+    """Validate ``tool_choice``; True when it forces tool use (``any`` or ``tool``)."""
+    if not _given(body, "tool_choice"):
+        return False
+    choice = _object(body["tool_choice"], "tool_choice")
+    kind = _choice(
+        _required(choice, "type", "tool_choice"),
+        "tool_choice.type",
+        ("auto", "any", "tool", "none"),
+    )
+    if kind == "none":
+        _only(choice, frozenset({"type"}), "tool_choice")
+        return False
+    allowed = {"type", "disable_parallel_tool_use"} | ({"name"} if kind == "tool" else set())
+    _only(choice, frozenset(allowed), "tool_choice")
+    if _given(choice, "disable_parallel_tool_use"):
+        _boolean(choice["disable_parallel_tool_use"], "tool_choice.disable_parallel_tool_use")
+    if kind == "auto":
+        return False
+    if not tool_names:
+        _fail("tool_choice", "tool_choice may only be specified while providing tools")
+    if kind == "tool":
+        name = _string(_required(choice, "name", "tool_choice"), "tool_choice.name")
+        if name not in tool_names:
+            _fail("tool_choice.name", f"Tool '{name}' not found in tools")
+    return True
+
+
+def _thinking(body: Mapping[str, Any], max_tokens: int | None) -> bool:
+    """Validate ``thinking``; True when the model will think (enabled or adaptive)."""
+    if not _given(body, "thinking"):
+        return False
+    thinking = _object(body["thinking"], "thinking")
+    kind = _choice(
+        _required(thinking, "type", "thinking"),
+        "thinking.type",
+        ("enabled", "adaptive", "disabled", "between_tools"),
+    )
+    if kind == "enabled":
+        _only(thinking, frozenset({"type", "budget_tokens", "display"}), "thinking")
+        budget = _integer(
+            _required(thinking, "budget_tokens", "thinking"), "thinking.budget_tokens"
+        )
+        if budget < MIN_THINKING_BUDGET:
+            _fail(
+                "thinking.budget_tokens",
+                f"Input should be greater than or equal to {MIN_THINKING_BUDGET}",
+            )
+        if max_tokens is not None and budget >= max_tokens:
+            _fail(
+                "thinking.budget_tokens",
+                "`max_tokens` must be greater than `thinking.budget_tokens`",
+            )
+    elif kind == "adaptive":
+        _only(thinking, frozenset({"type", "display"}), "thinking")
+    else:
+        _only(thinking, frozenset({"type"}), "thinking")
+    if _given(thinking, "display"):
+        _choice(thinking["display"], "thinking.display", ("summarized", "omitted"))
+    return kind in ("enabled", "adaptive")
+
+
+def _output_config(value: object) -> None:
+    config = _object(value, "output_config")
+    _only(config, frozenset({"effort", "format"}), "output_config")
+    if _given(config, "effort"):
+        _choice(config["effort"], "output_config.effort", ("low", "medium", "high", "xhigh", "max"))
+    if _given(config, "format"):
+        fmt = _object(config["format"], "output_config.format")
+        _only(fmt, frozenset({"type", "schema"}), "output_config.format")
+        _choice(
+            _required(fmt, "type", "output_config.format"),
+            "output_config.format.type",
+            ("json_schema",),
+        )
+        _object(_required(fmt, "schema", "output_config.format"), "output_config.format.schema")
+
+
+def _cache_control(value: object, path: str) -> None:
+    control = _object(value, path)
+    _only(control, frozenset({"type", "ttl"}), path)
+    _choice(_required(control, "type", path), _join(path, "type"), ("ephemeral",))
+    if _given(control, "ttl"):
+        _choice(control["ttl"], _join(path, "ttl"), ("5m", "1h"))
+
+
+# --------------------------------------------------------------------------- system & messages
+
+
+def _system(value: object, counter: _Counter) -> None:
+    if isinstance(value, str):
+        return
+    for i, block in enumerate(_list(value, "system")):
+        path = f"system.{i}"
+        block = _object(block, path)
+        if block.get("type") != "text":
+            _fail(_join(path, "type"), "Input should be 'text'")
+        _text_block(block, path, counter)
+
+
+def _messages(value: object, counter: _Counter) -> None:
+    messages = _list(value, "messages")
+    if not messages:
+        _fail("messages", "at least one message is required")
+    if len(messages) > MAX_MESSAGES:
+        _fail("messages", f"at most {MAX_MESSAGES} messages are allowed")
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        path = f"messages.{i}"
+        message = _object(message, path)
+        _only(message, frozenset({"role", "content"}), path)
+        role = _choice(
+            _required(message, "role", path), _join(path, "role"), ("user", "assistant", "system")
+        )
+        content = _required(message, "content", path)
+        prefill = i == last and role == "assistant"
+        cpath = _join(path, "content")
+        if isinstance(content, str):
+            if prefill:
+                if content != content.rstrip():
+                    _fail(cpath, "final assistant content cannot end with trailing whitespace")
+            elif not content.strip():
+                _fail(
+                    cpath,
+                    "all messages must have non-empty content except for the optional "
+                    "final assistant message",
+                )
+            continue
+        blocks = _list(content, cpath)
+        if not blocks and not prefill:
+            _fail(
+                cpath,
+                "all messages must have non-empty content except for the optional "
+                "final assistant message",
+            )
+        for j, block in enumerate(blocks):
+            _content_block(block, _join(cpath, j), role, counter)
+        if prefill and blocks:
+            tail = blocks[-1]
+            if tail.get("type") == "text" and tail["text"] != tail["text"].rstrip():
+                _fail(
+                    _join(cpath, len(blocks) - 1),
+                    "final assistant content cannot end with trailing whitespace",
+                )
+    _turns(messages)
+
+
+def _content_block(value: object, path: str, role: str, counter: _Counter) -> None:
+    block = _object(value, path)
+    kind = _required(block, "type", path)
+    if kind in _OPAQUE_BLOCKS:
+        return
+    if kind not in BLOCK_KEYS:
+        _fail(
+            _join(path, "type"),
+            f"Input tag {kind!r} found using 'type' does not match any of the expected tags",
+        )
+    if role == "system" and kind != "text":
+        _fail(_join(path, "type"), "system messages may only contain text blocks")
+    if kind in _ASSISTANT_ONLY and role != "assistant":
+        _fail(_join(path, "type"), f"`{kind}` blocks are only allowed in assistant messages")
+    if kind == "tool_result" and role != "user":
+        _fail(_join(path, "type"), "`tool_result` blocks are only allowed in user messages")
+    if kind == "text":
+        _text_block(block, path, counter)
+    elif kind == "image":
+        _image_block(block, path, counter)
+    elif kind == "document":
+        _document_block(block, path, counter)
+    elif kind == "tool_use":
+        _only(block, BLOCK_KEYS["tool_use"], path)
+        tool_id = _string(_required(block, "id", path), _join(path, "id"))
+        if not TOOL_USE_ID.match(tool_id):
+            _fail(_join(path, "id"), "String should match pattern '^[a-zA-Z0-9_-]+$'")
+        _string(_required(block, "name", path), _join(path, "name"), non_empty=True)
+        _object(_required(block, "input", path), _join(path, "input"))
+        _block_cache_control(block, path, counter)
+    elif kind == "tool_result":
+        _tool_result_block(block, path, counter)
+    elif kind == "thinking":
+        _only(block, BLOCK_KEYS["thinking"], path)
+        _string(_required(block, "thinking", path), _join(path, "thinking"))
+        _string(_required(block, "signature", path), _join(path, "signature"))
+    else:  # redacted_thinking
+        _only(block, BLOCK_KEYS["redacted_thinking"], path)
+        _string(_required(block, "data", path), _join(path, "data"))
+
+
+def _block_cache_control(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+    if _given(block, "cache_control"):
+        counter.breakpoints += 1
+        _cache_control(block["cache_control"], _join(path, "cache_control"))
+
+
+def _text_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+    _only(block, BLOCK_KEYS["text"], path)
+    text = _string(_required(block, "text", path), _join(path, "text"))
+    if not text:
+        _fail(_join(path, "text"), "text content blocks must be non-empty")
+    if not text.strip():
+        _fail(_join(path, "text"), "text content blocks must contain non-whitespace text")
+    if _given(block, "citations"):
+        _list(block["citations"], _join(path, "citations"))
+    _block_cache_control(block, path, counter)
+
+
+def _image_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+    _only(block, BLOCK_KEYS["image"], path)
+    spath = _join(path, "source")
+    source = _object(_required(block, "source", path), spath)
+    kind = _choice(
+        _required(source, "type", spath), _join(spath, "type"), ("base64", "url", "file")
+    )
+    if kind == "base64":
+        _only(source, frozenset({"type", "media_type", "data"}), spath)
+        media = _required(source, "media_type", spath)
+        if media not in IMAGE_MEDIA_TYPES:
+            _fail(
+                _join(spath, "media_type"),
+                "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+            )
+        _string(_required(source, "data", spath), _join(spath, "data"), non_empty=True)
+    elif kind == "url":
+        _only(source, frozenset({"type", "url"}), spath)
+        _string(_required(source, "url", spath), _join(spath, "url"), non_empty=True)
+    else:
+        _only(source, frozenset({"type", "file_id"}), spath)
+        _string(_required(source, "file_id", spath), _join(spath, "file_id"), non_empty=True)
+    _block_cache_control(block, path, counter)
+
+
+def _document_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+    _only(block, BLOCK_KEYS["document"], path)
+    spath = _join(path, "source")
+    source = _object(_required(block, "source", path), spath)
+    kind = _choice(
+        _required(source, "type", spath),
+        _join(spath, "type"),
+        ("base64", "text", "content", "url", "file"),
+    )
+    if kind in ("base64", "text"):
+        _only(source, frozenset({"type", "media_type", "data"}), spath)
+        expected = "application/pdf" if kind == "base64" else "text/plain"
+        _choice(_required(source, "media_type", spath), _join(spath, "media_type"), (expected,))
+        _string(_required(source, "data", spath), _join(spath, "data"), non_empty=kind == "base64")
+    elif kind == "content":
+        _only(source, frozenset({"type", "content"}), spath)
+        content = _required(source, "content", spath)
+        if not isinstance(content, str):
+            for j, item in enumerate(_list(content, _join(spath, "content"))):
+                ipath = _join(spath, f"content.{j}")
+                if _object(item, ipath).get("type") not in ("text", "image"):
+                    _fail(_join(ipath, "type"), "Input should be 'text' or 'image'")
+                _content_block(item, ipath, "user", counter)
+    elif kind == "url":
+        _only(source, frozenset({"type", "url"}), spath)
+        _string(_required(source, "url", spath), _join(spath, "url"), non_empty=True)
+    else:
+        _only(source, frozenset({"type", "file_id"}), spath)
+        _string(_required(source, "file_id", spath), _join(spath, "file_id"), non_empty=True)
+    for key in ("title", "context"):
+        if _given(block, key):
+            _string(block[key], _join(path, key))
+    if _given(block, "citations"):
+        _object(block["citations"], _join(path, "citations"))
+    _block_cache_control(block, path, counter)
+
+
+def _tool_result_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+    _only(block, BLOCK_KEYS["tool_result"], path)
+    tool_use_id = _string(_required(block, "tool_use_id", path), _join(path, "tool_use_id"))
+    if not TOOL_USE_ID.match(tool_use_id):
+        _fail(_join(path, "tool_use_id"), "String should match pattern '^[a-zA-Z0-9_-]+$'")
+    if _given(block, "is_error"):
+        _boolean(block["is_error"], _join(path, "is_error"))
+    content = block.get("content")
+    if content is not None and not isinstance(content, str):
+        cpath = _join(path, "content")
+        for j, item in enumerate(_list(content, cpath)):
+            ipath = _join(cpath, j)
+            item = _object(item, ipath)
+            kind = _required(item, "type", ipath)
+            if kind not in _TOOL_RESULT_CONTENT:
+                _fail(
+                    _join(ipath, "type"),
+                    f"Input tag {kind!r} found using 'type' does not "
+                    "match any of the expected tags",
+                )
+            if kind in ("text", "image", "document"):
+                _content_block(item, ipath, "user", counter)
+    _block_cache_control(block, path, counter)
+
+
+# --------------------------------------------------------------------------- turn structure
+
+
+def _turns(messages: list[dict[str, Any]]) -> None:
+    """Cross-message rules, applied to turns (consecutive same-role messages merged).
+
+    * every ``tool_use`` id is unique;
+    * an assistant turn's ``tool_use`` ids are each answered by a ``tool_result`` in the
+      next (user) turn, when there is one;
+    * a ``tool_result`` answers a ``tool_use`` of the immediately preceding assistant turn;
+    * in a user turn, ``tool_result`` blocks come before any other content.
+    """
+    seen_ids: set[str] = set()
+    pending: dict[str, int] = {}  # tool_use ids of the previous assistant turn -> message index
+    answered: set[str] = set()
+    role = ""  # role of the current turn
+    other_content = False  # current user turn already holds a non-tool_result block
+    for i, message in enumerate(messages):
+        if message["role"] == "system":
+            continue
+        if message["role"] != role:
+            if role == "user" and pending:
+                _unanswered(pending, answered)
+            if message["role"] == "assistant":
+                pending = {}
+            answered = set()
+            other_content = False
+            role = message["role"]
+        content = message["content"]
+        if isinstance(content, str):
+            other_content = True
+            continue
+        for j, block in enumerate(content):
+            kind = block["type"]
+            if role == "assistant" and kind == "tool_use":
+                tool_id = block["id"]
+                if tool_id in seen_ids:
+                    _fail(f"messages.{i}.content.{j}", "`tool_use` ids must be unique")
+                seen_ids.add(tool_id)
+                pending[tool_id] = i
+            elif role == "user" and kind == "tool_result":
+                tool_id = block["tool_use_id"]
+                if tool_id not in pending:
+                    _fail(
+                        f"messages.{i}.content.{j}",
+                        f"unexpected `tool_use_id` found in `tool_result` blocks: {tool_id}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block "
+                        "in the previous message.",
+                    )
+                if other_content:
+                    _fail(
+                        f"messages.{i}.content.{j}",
+                        "`tool_result` blocks must come first in the user message, before "
+                        "any other content",
+                    )
+                answered.add(tool_id)
+            elif role == "user":
+                other_content = True
+    if role == "user" and pending:
+        _unanswered(pending, answered)
+
+
+def _unanswered(pending: Mapping[str, int], answered: set[str]) -> None:
+    missing = [tool_id for tool_id in pending if tool_id not in answered]
+    if missing:
+        index = pending[missing[0]]
+        _fail(
+            f"messages.{index}",
+            f"`tool_use` ids were found without `tool_result` blocks immediately after: "
+            f"{', '.join(missing)}. Each `tool_use` block must have a corresponding "
+            "`tool_result` block in the next message.",
+        )

@@ -1,0 +1,37 @@
+"""OpenAI Chat Completions ⇄ Anthropic Messages, as pure functions (no I/O, no clock).
+
+- ``translate_request``: client JSON → upstream body (+ what to echo, what was ignored);
+- ``translate_response``: upstream reply → ``chat.completion``;
+- ``StreamTranslator``: upstream SSE events → ``chat.completion.chunk`` dicts;
+- ``upstream_error`` / ``ratelimit_headers``: upstream failures and limits in OpenAI's terms.
+
+docs/compatibility.md is the user-facing table of every rule and the test that proves it.
+"""
+
+from __future__ import annotations
+
+from .request import TranslatedRequest as TranslatedRequest
+from .request import TranslationOptions as TranslationOptions
+from .request import translate_request as translate_request
+from .response import new_completion_id as new_completion_id
+from .response import translate_response as translate_response
+from .response import translate_usage as translate_usage
+from .stream import StreamTranslator as StreamTranslator
+from .stream import UpstreamStreamError as UpstreamStreamError
+from .upstream_errors import openai_error_body as openai_error_body
+from .upstream_errors import ratelimit_headers as ratelimit_headers
+from .upstream_errors import upstream_error as upstream_error
+
+__all__ = [
+    "StreamTranslator",
+    "TranslatedRequest",
+    "TranslationOptions",
+    "UpstreamStreamError",
+    "new_completion_id",
+    "openai_error_body",
+    "ratelimit_headers",
+    "translate_request",
+    "translate_response",
+    "translate_usage",
+    "upstream_error",
+]

@@ -1,0 +1,189 @@
+"""Anthropic error responses and rate-limit headers, in OpenAI's terms.
+
+An upstream error becomes one ``ProxyError``: the status a client of OpenAI would expect, an
+OpenAI-shaped body, and the headers that make the ``openai`` SDK's retry logic do the right
+thing (``retry-after``, ``retry-after-ms``, ``x-should-retry``) plus ``x-request-id`` so the
+upstream's request id stays visible for support tickets.
+
+Status policy (the table in docs/compatibility.md is generated from the same facts):
+
+- 4xx statuses are kept: they describe the request, which the client sent.
+- 500 becomes 502: the upstream failed, not this proxy, and 502 says exactly that.
+- 529 (Anthropic's "overloaded") and 503 become 503 with ``Retry-After`` (the upstream's, or
+  1 second), because 529 is not a status OpenAI clients know, and 503 + Retry-After makes
+  every HTTP client back off and retry.
+- 504 stays 504; any other 5xx becomes 502.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from ..errors import ProxyError, error_body
+
+__all__ = ["openai_error_body", "ratelimit_headers", "upstream_error"]
+
+_DEFAULT_RETRY_AFTER: Final = "1"
+_RETRY_HEADERS_ON: Final = frozenset({429, 503})
+_FORWARDED_RETRY_HEADERS: Final = ("retry-after", "retry-after-ms")
+
+# Anthropic error types whose names we pass through as OpenAI ``type`` values. They are
+# readable as they are; OpenAI's own vocabulary has no better words for most of them.
+_KNOWN_TYPES: Final = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "billing_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "timeout_error",
+        "api_error",
+        "overloaded_error",
+        "conflict_error",
+    }
+)
+
+_RESOURCES: Final = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+def _status_for(upstream_status: int) -> int:
+    if upstream_status < 500:
+        return upstream_status
+    if upstream_status in (503, 529):
+        return 503
+    if upstream_status == 504:
+        return 504
+    return 502
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def _parse_error(body: bytes | Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+    """(anthropic error type, message) from whatever the upstream sent; (None, None) if opaque."""
+    parsed: object = body
+    if isinstance(body, bytes | bytearray):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return None, None
+    if not isinstance(parsed, Mapping):
+        return None, None
+    error = parsed.get("error")
+    if not isinstance(error, Mapping):
+        return None, None
+    kind = error.get("type")
+    message = error.get("message")
+    return (
+        kind if isinstance(kind, str) and kind else None,
+        message if isinstance(message, str) and message else None,
+    )
+
+
+def openai_error_body(error: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI error envelope for an Anthropic ``error`` object (``{"type", "message"}``).
+
+    Used for an ``error`` event inside a stream, where no HTTP status can be sent any more.
+    """
+    kind, message = _parse_error({"error": error})
+    return error_body(
+        message or "The upstream reported an error.",
+        kind if kind in _KNOWN_TYPES else "api_error",
+        code=kind,
+    )
+
+
+def upstream_error(
+    status: int, body: bytes | Mapping[str, Any] | None, headers: Mapping[str, str]
+) -> ProxyError:
+    """The error a client sees for an upstream non-2xx response.
+
+    Args:
+      status: the upstream HTTP status.
+      body: the raw response body (JSON bytes, an already-parsed object, or anything else —
+        non-JSON and empty bodies are tolerated).
+      headers: the upstream response headers (any case).
+
+    The message is the upstream's own, so the client reads what Anthropic said; ``code`` is
+    the Anthropic error type, ``type`` the same name (or a status-derived default).
+    """
+    upstream = _lower(headers)
+    kind, message = _parse_error(body)
+    ours = _status_for(status)
+    out_headers = ratelimit_headers(upstream)
+    if "request-id" in upstream:
+        out_headers["x-request-id"] = upstream["request-id"]
+    if "x-should-retry" in upstream:
+        out_headers["x-should-retry"] = upstream["x-should-retry"]
+    if ours in _RETRY_HEADERS_ON:
+        for name in _FORWARDED_RETRY_HEADERS:
+            if name in upstream:
+                out_headers[name] = upstream[name]
+        if ours == 503:
+            out_headers.setdefault("retry-after", _DEFAULT_RETRY_AFTER)
+    if message is None:
+        message = f"The upstream returned HTTP {status}."
+    return ProxyError(
+        ours,
+        message,
+        type=kind if kind in _KNOWN_TYPES else None,
+        code=kind,
+        headers=out_headers,
+    )
+
+
+def ratelimit_headers(headers: Mapping[str, str], *, now: datetime | None = None) -> dict[str, str]:
+    """``anthropic-ratelimit-*`` headers as OpenAI's ``x-ratelimit-*``.
+
+    ``anthropic-ratelimit-requests-limit`` becomes ``x-ratelimit-limit-requests`` (and so on
+    for ``remaining``, and for ``tokens``, ``input-tokens``, ``output-tokens``). Anthropic's
+    reset is an RFC 3339 instant; OpenAI's is a duration from now in Go's notation (``"20ms"``,
+    ``"1s"``, ``"6m0s"``), rounded up to the millisecond so a client never retries early; a
+    reset in the past is ``"0s"``. Headers that do not parse are left out, never guessed.
+    """
+    upstream = _lower(headers)
+    out: dict[str, str] = {}
+    for resource in _RESOURCES:
+        for field in ("limit", "remaining"):
+            value = upstream.get(f"anthropic-ratelimit-{resource}-{field}", "").strip()
+            if value.isdigit():
+                out[f"x-ratelimit-{field}-{resource}"] = value
+        reset = upstream.get(f"anthropic-ratelimit-{resource}-reset")
+        if reset is None:
+            continue
+        try:
+            at = datetime.fromisoformat(reset.strip())
+        except ValueError:
+            continue
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        current = now or datetime.now(UTC)
+        if current.tzinfo is None:
+            current = current.replace(tzinfo=UTC)
+        out[f"x-ratelimit-reset-{resource}"] = go_duration((at - current).total_seconds())
+    return out
+
+
+def go_duration(seconds: float) -> str:
+    """A non-negative duration as Go's ``time.Duration.String`` writes it, in whole ms."""
+    ms = max(0, math.ceil(round(seconds * 1000, 6)))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs, millis = divmod(rest, 1000)
+    sec_text = f"{secs}.{millis:03d}".rstrip("0") if millis else str(secs)
+    if hours:
+        return f"{hours}h{minutes}m{sec_text}s"
+    if minutes:
+        return f"{minutes}m{sec_text}s"
+    return f"{sec_text}s"
