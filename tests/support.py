@@ -7,7 +7,7 @@ pytest-trio's built-in ``nursery`` fixture would do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -52,6 +52,15 @@ class Sim:
             response.raise_for_status()
             data: dict[str, Any] = response.json()
             return data
+
+    async def wait_until(self, predicate: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+        """Poll ``/_sim/stats`` until ``predicate(stats)``; put a deadline around the call.
+
+        Polling is the only option: the simulator is another server, with no event to wait on.
+        """
+        while not predicate(stats := await self.stats()):  # noqa: ASYNC110
+            await trio.sleep(0.005)
+        return stats
 
     async def reset(self) -> None:
         async with httpx2.AsyncClient() as client:

@@ -175,8 +175,7 @@ async def test_upstream_that_never_answers_is_504_and_is_abandoned_upstream() ->
         error = _assert_openai_error(await http.post(f"{url}/v1/chat/completions", json=body), 504)
         assert error["code"] == "request_timeout"
         with trio.fail_after(5):
-            while (stats := await sim.stats())["in_flight"]:
-                await trio.sleep(0.01)
+            stats = await sim.wait_until(lambda s: s["in_flight"] == 0)
         assert stats["abandoned"] == 1
 
 

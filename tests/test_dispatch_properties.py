@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -287,12 +286,6 @@ def run_example(config: Config, callers: list[Caller], gate_config: GateConfig |
         clock=trio.testing.MockClock(autojump_threshold=0),
     )
     check(config, callers, world, batcher)
-
-
-@pytest.fixture
-def _close_sdk_clients() -> None:
-    """Shadows conftest's autouse *async* fixture: these tests are sync (each example runs
-    its own ``trio.run``), and pytest-trio refuses async fixtures for sync tests."""
 
 
 PROPERTY_SETTINGS = settings(

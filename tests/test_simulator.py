@@ -18,7 +18,7 @@ from trio_batcher.simulator import SimulatorConfig, run_simulator
 
 MODEL = "claude-haiku-4-5"  # not in the SDK's deprecation list (warnings are errors here)
 HEADERS = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "name": "get_weather",
     "description": "Current weather",
     "input_schema": {
@@ -27,7 +27,7 @@ WEATHER = {
         "required": ["city", "unit"],
     },
 }
-TIME = {
+TIME: dict[str, Any] = {
     "name": "get_time",
     "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}},
 }
@@ -55,8 +55,12 @@ async def sdk(url: str, **kwargs: Any) -> AsyncIterator[anthropic.AsyncAnthropic
 
 
 def ask(text: str = "Hello there, simulator", **changes: Any) -> dict[str, Any]:
-    return {"model": MODEL, "max_tokens": 256, "messages": [{"role": "user", "content": text}],
-            **changes}
+    return {
+        "model": MODEL,
+        "max_tokens": 256,
+        "messages": [{"role": "user", "content": text}],
+        **changes,
+    }
 
 
 # When an SSE ``error`` event makes the SDK raise, it leaves its SSE-decoding async
@@ -77,9 +81,11 @@ async def stats(url: str) -> dict[str, Any]:
 async def settled_stats(url: str) -> dict[str, Any]:
     """Stats once nothing is in flight (an abandon is noticed within milliseconds)."""
     with trio.fail_after(5):
-        while (current := await stats(url))["in_flight"]:
+        while True:
+            current = await stats(url)
+            if not current["in_flight"]:
+                return current
             await trio.sleep(0.01)
-    return current
 
 
 async def test_sdk_parses_a_message_with_anthropic_headers() -> None:
@@ -107,16 +113,17 @@ STREAMED_EQUALS_WHOLE = [
     ask(max_tokens=7),
     ask(stop_sequences=["lorem", "ipsum", "dolor", "sit", "amet"], max_tokens=200),
     ask(tools=[WEATHER, TIME]),
-    ask(tools=[WEATHER], tool_choice={"type": "any"}, max_tokens=4096,
-        thinking={"type": "adaptive"}) | {"tool_choice": {"type": "auto"}},
+    ask(tools=[WEATHER], max_tokens=4096, thinking={"type": "adaptive"}),
     ask(max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1024}),
     ask(output_config={"format": {"type": "json_schema", "schema": WEATHER["input_schema"]}}),
 ]
 
 
-@pytest.mark.parametrize("request_body", STREAMED_EQUALS_WHOLE,
-                         ids=["text", "capped", "stop", "tools", "thinking tools", "thinking",
-                              "json"])
+@pytest.mark.parametrize(
+    "request_body",
+    STREAMED_EQUALS_WHOLE,
+    ids=["text", "capped", "stop", "tools", "thinking tools", "thinking", "json"],
+)
 async def test_stream_reassembles_to_the_same_message(request_body: dict[str, Any]) -> None:
     async with simulator() as url, sdk(url) as client:
         whole = await client.messages.create(**request_body)
@@ -138,8 +145,12 @@ async def test_parallel_tool_calls_when_two_tools_are_offered() -> None:
         assert uses[0].input == {"city": "city value", "unit": "c"}
         assert uses[1].input == {"tz": "tz value"}
         assert all(u.id.startswith("toolu_") for u in uses) and uses[0].id != uses[1].id
-        single = await client.messages.create(**ask(
-            tools=[WEATHER, TIME], tool_choice={"type": "any", "disable_parallel_tool_use": True}))
+        single = await client.messages.create(
+            **ask(
+                tools=[WEATHER, TIME],
+                tool_choice={"type": "any", "disable_parallel_tool_use": True},
+            )
+        )
         assert [b.type for b in single.content] == ["tool_use"]
 
 
@@ -150,11 +161,18 @@ async def test_tool_results_get_a_text_reply_that_mentions_them() -> None:
         messages = [
             {"role": "user", "content": "Weather in Oslo?"},
             first.to_param(),
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                          "content": "minus four and snowing"}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": use.id,
+                        "content": "minus four and snowing",
+                    }
+                ],
+            },
         ]
-        second = await client.messages.create(model=MODEL, max_tokens=256, tools=[WEATHER],
-                                              messages=messages)  # type: ignore[arg-type]
+        second = await client.messages.create(**ask(tools=[WEATHER], messages=messages))
         assert second.stop_reason == "end_turn"
         assert second.content[0].type == "text"
         assert "'minus four and snowing'" in second.content[0].text
@@ -192,11 +210,12 @@ async def test_embedded_directive_survives_in_the_text_and_is_not_echoed() -> No
         with pytest.raises(anthropic.OverloadedError):
             await client.messages.create(**ask("please [[sim:status=529]] fail"))
         message = await client.messages.create(**ask("Count [[sim:tokens=6]] to six"))
-        text = message.content[0].text  # type: ignore[union-attr]
+        text = message.content[0].text
         assert text == "Simulated reply to 'Count to six':"  # 6 tokens, no directive
         assert message.usage.output_tokens == 6
         header_and_text = await client.messages.create(
-            **ask("short [[sim:tokens=3]]"), extra_headers={"x-sim-fault": "tokens=9"})
+            **ask("short [[sim:tokens=3]]"), extra_headers={"x-sim-fault": "tokens=9"}
+        )
         assert header_and_text.usage.output_tokens == 3  # the embedded directive wins
         recent = (await stats(url))["recent"]
         assert [t["fault"] for t in recent] == ["status=529", "tokens=6", "tokens=3"]
@@ -247,9 +266,11 @@ async def test_stream_cut_by_the_client_is_abandoned_mid_stream() -> None:
     async with simulator(config) as url:
         host, port = url.removeprefix("http://").split(":")
         payload = json.dumps(ask(stream=True)).encode()
-        head = (f"POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nx-api-key: k\r\n"
-                f"anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(payload)}\r\n\r\n").encode()
+        head = (
+            f"POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nx-api-key: k\r\n"
+            f"anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(payload)}\r\n\r\n"
+        ).encode()
         # A raw socket: we hang up mid-stream without leaving client generators behind.
         async with await trio.open_tcp_stream(host, int(port)) as conn:
             await conn.send_all(head + payload)
@@ -286,8 +307,11 @@ async def test_stream_error_after_n_deltas_raises_in_the_sdk() -> None:
 @SDK_STREAM_LEFTOVERS
 async def test_stream_error_first_comes_before_message_start() -> None:
     async with simulator() as url, httpx2.AsyncClient() as http:
-        response = await http.post(f"{url}/v1/messages", json=ask(stream=True),
-                                   headers={**HEADERS, "x-sim-fault": "stream_error_first=1"})
+        response = await http.post(
+            f"{url}/v1/messages",
+            json=ask(stream=True),
+            headers={**HEADERS, "x-sim-fault": "stream_error_first=1"},
+        )
         assert response.status_code == 200
         assert response.text.startswith("event: error\ndata: ")
         assert response.text.count("event:") == 1
@@ -309,12 +333,14 @@ async def test_authentication_errors() -> None:
         async with sdk(url, api_key="sk-right") as client:
             assert (await client.messages.create(**ask())).content
         async with httpx2.AsyncClient() as http:
-            missing = await http.post(f"{url}/v1/messages", json=ask(),
-                                      headers={"anthropic-version": "2023-06-01"})
+            missing = await http.post(
+                f"{url}/v1/messages", json=ask(), headers={"anthropic-version": "2023-06-01"}
+            )
             assert missing.status_code == 401
             assert missing.json()["error"]["type"] == "authentication_error"
-            keyed = await http.post(f"{url}/v1/messages", json=ask(),
-                                    headers={**HEADERS, "x-api-key": "sk-right"})
+            keyed = await http.post(
+                f"{url}/v1/messages", json=ask(), headers={**HEADERS, "x-api-key": "sk-right"}
+            )
             assert keyed.status_code == 200
 
 
@@ -326,7 +352,8 @@ async def test_both_api_versions_and_both_auth_styles() -> None:
                 await client.messages.create(**ask(), extra_body={"temperature": 0.5})
         async with sdk(url, default_headers={"anthropic-version": "2023-06-01"}) as client:
             raw = await client.messages.with_raw_response.create(
-                **ask(), extra_body={"temperature": 0.5})
+                **ask(), extra_body={"temperature": 0.5}
+            )
             assert raw.http_request.headers["anthropic-version"] == "2023-06-01"
             assert (await raw.parse()).content
         async with httpx2.AsyncClient() as http:
@@ -342,15 +369,17 @@ async def test_both_api_versions_and_both_auth_styles() -> None:
 async def test_invalid_body_is_a_bad_request_naming_the_field() -> None:
     async with simulator() as url, sdk(url) as client:
         with pytest.raises(anthropic.BadRequestError) as info:
-            await client.messages.create(model=MODEL, max_tokens=10, messages=[
-                {"role": "user", "content": [{"type": "text", "text": ""}]}])
+            await client.messages.create(
+                model=MODEL,
+                max_tokens=10,
+                messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}],
+            )
         assert isinstance(info.value.body, dict)
         assert info.value.body["error"]["type"] == "invalid_request_error"
         assert info.value.body["error"]["message"].startswith("messages.0.content.0.text")
         async with httpx2.AsyncClient() as http:
             for content in (b"{not json", b"", b"[]"):
-                response = await http.post(f"{url}/v1/messages", content=content,
-                                           headers=HEADERS)
+                response = await http.post(f"{url}/v1/messages", content=content, headers=HEADERS)
                 assert response.status_code == 400
                 assert response.json()["error"]["type"] == "invalid_request_error"
         assert (await stats(url))["by_status"] == {"400": 4}
@@ -389,8 +418,13 @@ async def test_models_and_count_tokens() -> None:
 
 
 async def test_prompt_cache_is_written_then_read() -> None:
-    system = [{"type": "text", "text": "You are a careful assistant. " * 40,
-               "cache_control": {"type": "ephemeral"}}]
+    system = [
+        {
+            "type": "text",
+            "text": "You are a careful assistant. " * 40,
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
     async with simulator() as url, sdk(url) as client:
         first = await client.messages.create(**ask("one"), system=system)  # type: ignore[arg-type]
         second = await client.messages.create(**ask("two"), system=system)  # type: ignore[arg-type]
@@ -429,6 +463,7 @@ async def test_latency_model_shapes_the_trace() -> None:
 async def test_in_flight_gauge_and_reset() -> None:
     config = SimulatorConfig(ttft_ms=300)
     async with simulator(config) as url, httpx2.AsyncClient() as http:
+
         async def one() -> None:
             response = await http.post(f"{url}/v1/messages", json=ask(), headers=HEADERS)
             assert response.status_code == 200
@@ -444,8 +479,24 @@ async def test_in_flight_gauge_and_reset() -> None:
         assert len(current["recent"]) == 5
         assert json.loads((await http.post(f"{url}/_sim/reset")).text) == {"ok": True}
         cleared = await stats(url)
-        assert {k: cleared[k] for k in ("requests_total", "max_in_flight", "completed",
-                                        "abandoned", "streams", "recent", "by_status")} == {
-            "requests_total": 0, "max_in_flight": 0, "completed": 0, "abandoned": 0,
-            "streams": 0, "recent": [], "by_status": {}}
+        assert {
+            k: cleared[k]
+            for k in (
+                "requests_total",
+                "max_in_flight",
+                "completed",
+                "abandoned",
+                "streams",
+                "recent",
+                "by_status",
+            )
+        } == {
+            "requests_total": 0,
+            "max_in_flight": 0,
+            "completed": 0,
+            "abandoned": 0,
+            "streams": 0,
+            "recent": [],
+            "by_status": {},
+        }
         assert (await http.get(f"{url}/_sim/stats?recent=0")).json()["recent"] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import random
 from typing import Any
@@ -265,7 +266,18 @@ BAD: list[tuple[str, object, str, str]] = [
     ("system image block", body(system=[{"type": "image", "source": PNG}]), OLD, "system.0.type"),
     ("system empty text block", body(system=[{"type": "text", "text": ""}]), OLD, "system.0.text"),
     ("stop_sequences a string", body(stop_sequences="END"), OLD, "stop_sequences"),
-    ("blank stop sequence", body(stop_sequences=["END", " "]), OLD, "stop_sequences.1"),
+    (
+        "empty stop sequence",
+        body(stop_sequences=["END", ""]),
+        OLD,
+        "stop_sequences: each stop sequence must be non-empty",
+    ),
+    (
+        "newline stop sequence",
+        body(stop_sequences=["\n"]),
+        OLD,
+        "stop_sequences: each stop sequence must contain non-whitespace",
+    ),
     ("stop sequence a number", body(stop_sequences=[1]), OLD, "stop_sequences.0"),
     ("temperature above 1", body(temperature=1.5), OLD, "temperature"),
     ("temperature a string", body(temperature="0.5"), OLD, "temperature"),
@@ -292,6 +304,22 @@ BAD: list[tuple[str, object, str, str]] = [
         "tools.0.input_schema.type",
     ),
     ("duplicate tool names", body(tools=[WEATHER, WEATHER]), OLD, "tools"),
+    (
+        "top-level anyOf in input_schema",
+        body(
+            tools=[
+                {
+                    **WEATHER,
+                    "input_schema": {
+                        "type": "object",
+                        "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+                    },
+                }
+            ]
+        ),
+        OLD,
+        "tools.0.input_schema: input_schema does not support oneOf, allOf, or anyOf",
+    ),
     (
         "OpenAI parameters leaked",
         body(tools=[{**WEATHER, "parameters": {}}]),
@@ -654,7 +682,7 @@ def test_count_tokens_accepts_its_own_shape_only() -> None:
     validate_count_tokens_request(
         {"model": "m", "messages": [USER], "tools": [WEATHER]}, api_version=NEW
     )
-    with pytest.raises(SimulatorInvalidRequest, match="^max_tokens: Extra inputs"):
+    with pytest.raises(SimulatorInvalidRequest, match=r"^max_tokens: Extra inputs"):
         validate_count_tokens_request(body(), api_version=NEW)
 
 
@@ -722,7 +750,7 @@ def test_schedule_jitter_is_seeded_and_bounded() -> None:
     assert offsets == schedule(50, config, random.Random(7))
     assert offsets != schedule(50, config, random.Random(8))
     assert 0.2 * 0.75 <= offsets[0] <= 0.2 * 1.25
-    steps = [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+    steps = [b - a for a, b in itertools.pairwise(offsets)]
     assert all(0.02 * 0.75 <= s <= 0.02 * 1.25 for s in steps)
     assert len(set(steps)) > 1
 
@@ -757,7 +785,7 @@ def test_fault_directive_parses(spec: str, expected: Faults) -> None:
     "spec", ["status=abc", "status=700", "colour=red", "hang", "tokens=-1", "ttft_ms=nan"]
 )
 def test_bad_fault_directive_is_a_400_naming_the_source(spec: str) -> None:
-    with pytest.raises(SimulatorInvalidRequest, match="^x-sim-fault: "):
+    with pytest.raises(SimulatorInvalidRequest, match=r"^x-sim-fault: "):
         parse_faults(spec)
 
 
@@ -889,11 +917,19 @@ def test_no_tool_call_when_choice_is_none_or_results_are_in() -> None:
     after = reply_for(body(tools=[WEATHER], messages=roundtrip(tool_result(content="18C sunny"))))
     assert after.stop_reason == "end_turn"
     assert after.blocks[0].text.startswith("Simulated reply using 1 tool result(s): '18C sunny':")
+    image_only = reply_for(
+        body(
+            tools=[WEATHER],
+            messages=roundtrip(tool_result(content=[{"type": "image", "source": PNG}])),
+        )
+    )
+    assert image_only.blocks[0].text.startswith("Simulated reply using 1 tool result(s): '(no")
 
 
 def test_thinking_block_comes_first_with_a_signature() -> None:
     reply = reply_for(body(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}))
     thinking, text = reply.blocks
+    assert text.type == "text"
     assert thinking.type == "thinking" and thinking.text.startswith("Simulated reasoning")
     assert len(thinking.signature) > 40
     assert reply.output_tokens == 16 + 24

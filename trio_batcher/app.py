@@ -39,6 +39,8 @@ from .upstream import UpstreamClient, new_http_client
 log = logging.getLogger("trio_batcher")
 
 _JSON: Final = "application/json"
+# After the grace period, how long the answers to cancelled requests may take to go out.
+_ANSWER_MARGIN_S: Final = 2.0
 # Where per-connection cleanups wait for the connection's ASGI call to end.
 _CLEANUP_KEY: Final = "trio_batcher.cleanup"
 
@@ -123,6 +125,7 @@ class Runtime:
             PrometheusExporter(self.metrics, self.gauges) if self.metrics is not None else None
         )
         self.draining = False
+        self.drained = trio.Event()
 
     def gauges(self) -> Gauges:
         gate = self.gate.statistics()
@@ -135,26 +138,61 @@ class Runtime:
         )
 
 
-def create_app(settings: Settings | None = None) -> QuartTrio:
+@final
+class ProxyApp(QuartTrio):
+    """The proxy's quart-trio app; ``runtime`` exists while it is serving."""
+
+    runtime: Runtime | None = None
+
+    async def drain(self) -> None:
+        """Stop admitting, let in-flight work finish, answer the rest; return when done.
+
+        ``serve_app`` awaits this inside hypercorn's shutdown trigger, so the listener stays
+        open meanwhile: a request that arrives during the drain gets an immediate 503
+        ``shutdown`` (a load balancer retries it elsewhere) instead of a connection that
+        hangs. In-flight requests and streams may finish for ``SHUTDOWN_GRACE_S``; whatever
+        is still running then is cancelled and answered with a 503 (mid-stream: an error
+        event). Only then does hypercorn close connections and run the lifespan shutdown.
+        Idempotent.
+        """
+        rt = self.runtime
+        if rt is None:
+            return
+        if not rt.draining:
+            rt.draining = True
+            rt.gate.close()
+            rt.dispatcher.close()
+            with trio.move_on_after(rt.settings.shutdown_grace_s):
+                await rt.gate.wait_idle()
+                await rt.dispatcher.wait_drained()
+            if rt.gate.statistics().active or not rt.dispatcher.statistics().idle:
+                log.warning("shutdown grace period over: cancelling the requests still running")
+            rt.dispatcher.cancel_remaining()
+            rt.drained.set()
+        # Answers to cancelled requests take a moment to be written; don't wait forever.
+        with trio.move_on_after(_ANSWER_MARGIN_S):
+            await rt.drained.wait()
+            await rt.gate.wait_idle()
+
+
+def create_app(settings: Settings | None = None) -> ProxyApp:
     """A new proxy app. Serve it with ``trio_batcher.serving.serve_app`` or hypercorn."""
     settings = settings if settings is not None else Settings.from_env()
-    app = QuartTrio("trio_batcher")
+    app = ProxyApp("trio_batcher")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
     app.asgi_app = _RunCleanups(app.asgi_app)  # type: ignore[method-assign,assignment]
-    state: dict[str, Runtime] = {}
 
     def runtime() -> Runtime:
-        try:
-            return state["runtime"]
-        except KeyError:
-            raise ProxyError(503, "The proxy is starting up.", code="starting") from None
+        if app.runtime is None:
+            raise ProxyError(503, "The proxy is starting up.", code="starting")
+        return app.runtime
 
     @app.before_serving
     async def _startup() -> None:
         rt = Runtime(settings)
-        state["runtime"] = rt
         await app.nursery.start(rt.dispatcher.run)
+        app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",
             settings.anthropic_base_url,
@@ -164,15 +202,12 @@ def create_app(settings: Settings | None = None) -> QuartTrio:
 
     @app.after_serving
     async def _shutdown() -> None:
-        rt = state.get("runtime")
+        rt = app.runtime
         if rt is None:
             return
-        rt.draining = True
-        rt.gate.close()
-        rt.dispatcher.close()
-        with trio.move_on_after(settings.shutdown_grace_s):
-            await rt.gate.wait_idle()
-        rt.dispatcher.cancel_remaining()
+        # Under `trio-batcher serve` the drain has already run; under a bare hypercorn
+        # command line this is the first notice, and hypercorn has closed connections.
+        await app.drain()
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await rt.http.aclose()
 
@@ -228,7 +263,7 @@ def create_app(settings: Settings | None = None) -> QuartTrio:
 
     @app.get("/health")
     async def health() -> Response:
-        rt = state.get("runtime")
+        rt = app.runtime
         if rt is None or rt.draining:
             return json_response({"status": "shutting_down" if rt else "starting"}, 503)
         return json_response({"status": "ok"})

@@ -25,6 +25,8 @@ from .simulator import SimulatorConfig, run_simulator
 
 _PROG: Final = "trio-batcher"
 _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
+# hypercorn's graceful timeout, which starts after the app's own drain (SHUTDOWN_GRACE_S).
+_CLOSE_TIMEOUT_S: Final = 5.0
 
 
 def _fail(message: str) -> NoReturn:
@@ -193,7 +195,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
                     args.host,
                     args.port,
                     shutdown=stop,
-                    graceful_timeout=settings.shutdown_grace_s,
+                    graceful_timeout=_CLOSE_TIMEOUT_S,
                     access_log=args.access_log,
                 )
             )

@@ -50,10 +50,22 @@ async def serve_app(
 ) -> None:
     """Serve ``app`` until ``shutdown`` is set (or the caller's scope is cancelled).
 
-    Reports the first bound ``(host, port)`` through ``task_status``.
+    Reports the first bound ``(host, port)`` through ``task_status``. If the app has an
+    async ``drain()`` method (the proxy does), it runs when ``shutdown`` is set, while
+    hypercorn is still accepting; hypercorn's graceful shutdown (``graceful_timeout``)
+    starts after it returns.
     """
+    drain = getattr(app, "drain", None)
     config = hypercorn_config(host, port, graceful_timeout=graceful_timeout, access_log=access_log)
-    trigger = shutdown.wait if shutdown is not None else trio.sleep_forever
+
+    async def trigger() -> None:
+        if shutdown is None:
+            await trio.sleep_forever()
+        else:
+            await shutdown.wait()
+        if drain is not None:
+            await drain()
+
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(serve, app, config, shutdown_trigger=trigger)

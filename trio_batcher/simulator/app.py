@@ -19,7 +19,9 @@ import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, Final, cast, final
 
 import trio
@@ -34,15 +36,16 @@ from .errors import DEFAULT_MESSAGES, SimulatorError, error_json, error_type_for
 from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_faults, parse_faults
 from .latency import reply_delay, schedule
 from .models import find_model, list_models
-from .prompt import PromptCache, analyse_prompt
+from .prompt import InputUsage, Prompt, PromptCache, analyse_prompt
 from .replies import Reply, build_reply
-from .sse import Event, error_event, render_stream
+from .sse import Event, error_event, render_content, render_stream
 from .stats import SimulatorStats, Trace
 from .validation import validate_count_tokens_request, validate_messages_request
 
 _TRACE: Final = "trio_batcher.sim.trace"
 _REQUEST_ID: Final = "trio_batcher.sim.request_id"
 _JSON: Final = "application/json"
+_MEMO_ENTRIES: Final = 512
 
 # Plausible account limits for the anthropic-ratelimit-* headers.
 _LIMITS: Final = {
@@ -51,6 +54,22 @@ _LIMITS: Final = {
     "input-tokens": 2_000_000,
     "output-tokens": 400_000,
 }
+
+
+@final
+class _Memo:
+    """A memoised reply and, once a stream needed them, its content events."""
+
+    __slots__ = ("_events", "reply")
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self._events: tuple[Event, ...] | None = None
+
+    def content(self) -> tuple[Event, ...]:
+        if self._events is None:
+            self._events = render_content(self.reply)
+        return self._events
 
 
 @final
@@ -64,12 +83,36 @@ class SimulatorState:
         self.rng = random.Random(config.seed)
         self._reset_second = -1
         self._reset_at = b""
+        # (digest, reply_tokens) -> [reply, its content events or None]; bounded below.
+        self._replies: OrderedDict[tuple[bytes, int], _Memo] = OrderedDict()
 
     def reset(self) -> None:
         """Zero the counters, empty the prompt cache and re-seed the RNG."""
         self.stats.reset()
         self.cache.clear()
         self.rng.seed(self.config.seed)
+
+    def reply(
+        self, body: dict[str, Any], prompt: Prompt, usage: InputUsage, reply_tokens: int
+    ) -> tuple[Reply, Callable[[], tuple[Event, ...]]]:
+        """``build_reply`` memoised on what it depends on (the digest covers the body), and
+        the reply's content events, rendered at most once.
+
+        Benchmarks repeat a few prompts many times; this keeps them off the slow path.
+        """
+        key = (prompt.digest, reply_tokens)
+        memo = self._replies.get(key)
+        if memo is None:
+            memo = self._replies[key] = _Memo(
+                build_reply(
+                    body, digest=prompt.digest, input_usage=usage, reply_tokens=reply_tokens
+                )
+            )
+            if len(self._replies) > _MEMO_ENTRIES:
+                self._replies.popitem(last=False)
+        else:
+            self._replies.move_to_end(key)
+        return replace(memo.reply, input_usage=usage), memo.content
 
     def response_headers(self, request_id: str, status: int) -> list[tuple[bytes, bytes]]:
         """``request-id`` and the rate-limit headers (reset: the next second, RFC 3339)."""
@@ -80,7 +123,7 @@ class SimulatorState:
         headers = [(b"request-id", request_id.encode())]
         busy = self.stats.in_flight
         for name, limit in _LIMITS.items():
-            remaining = limit - busy if name == "requests" else limit
+            remaining = limit - 1 - busy if name == "requests" else limit
             if status == 429:
                 remaining = 0
             prefix = b"anthropic-ratelimit-" + name.encode()
@@ -208,6 +251,9 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
     @app.errorhandler(Exception)
     async def unexpected(error: Exception) -> Response:
         app.logger.exception("simulator bug", exc_info=error)
+        trace = cast(dict[str, Any], request.scope).get(_TRACE)
+        if trace is not None:
+            state.stats.finish(trace, "error", 500)
         return _error_response(SimulatorError(500, "Simulated upstream internal error"))
 
     return app
@@ -281,6 +327,9 @@ async def _read_json(config: SimulatorConfig) -> tuple[bytes, Any]:
 
 
 async def _messages(state: SimulatorState) -> Response:
+    """``POST /v1/messages``: checks in the API's order (auth, version, body, validation),
+    then faults (header and embedded directives, then one draw from the configured rates),
+    then the reply on the latency model's schedule. Every way out closes the trace."""
     config = state.config
     trace: Trace = cast(dict[str, Any], request.scope)[_TRACE]
     # The latency model counts from the request's arrival, on trio's clock.
@@ -294,7 +343,7 @@ async def _messages(state: SimulatorState) -> Response:
         faults = faults.merged(embedded_faults(body))
         trace.stream = body.get("stream") is True
         drawn = draw_status(config, state.rng)
-        if faults != NO_FAULTS:
+        if faults is not NO_FAULTS:
             trace.fault = faults.describe()
         elif drawn:
             trace.fault = f"status={drawn}"
@@ -307,14 +356,13 @@ async def _messages(state: SimulatorState) -> Response:
         prompt = analyse_prompt(body, seed=config.seed, cache_hint=b"cache_control" in raw)
         usage = state.cache.usage(prompt, now=time.monotonic())
         reply_tokens = config.reply_tokens if faults.tokens is None else faults.tokens
-        reply = build_reply(
-            body, digest=prompt.digest, input_usage=usage, reply_tokens=reply_tokens
-        )
+        reply, content = state.reply(body, prompt, usage, reply_tokens)
         trace.output_tokens = reply.output_tokens
-        offsets = schedule(reply.token_pieces, faults.latency_config(config), state.rng)
+        latency = faults.latency_config(config)
+        offsets = schedule(reply.token_pieces, latency, state.rng)
         message_id = "msg_sim" + os.urandom(12).hex()
         if trace.stream:
-            events = render_stream(reply, message_id)
+            events = render_stream(reply, message_id, content())
             trace.status = 200
             body_iter = _stream(state, trace, events, offsets, base, faults)
             response = Response(
@@ -323,7 +371,9 @@ async def _messages(state: SimulatorState) -> Response:
             response.headers["cache-control"] = "no-cache"
             response.timeout = None
             return response
-        await trio.sleep_until(base + reply_delay(offsets, faults.latency_config(config)))
+        deadline = base + reply_delay(offsets, latency)
+        if deadline > trio.current_time():
+            await trio.sleep_until(deadline)
         return _reply_response(state, trace, reply, message_id)
     except SimulatorError as error:
         state.stats.finish(trace, "error", error.status)

@@ -56,6 +56,8 @@ class Faults:
 
     def merged(self, other: Faults) -> Faults:
         """``self`` with every field ``other`` sets taken from ``other``."""
+        if other is NO_FAULTS:
+            return self
         changes = {}
         for f in fields(other):
             value = getattr(other, f.name)

@@ -172,7 +172,7 @@ def build_reply(
         blocks.extend(_tool_blocks(tools, choice, digest))
     elif isinstance(fmt, dict):
         blocks.append(Block("text", _chunks(json.dumps(example_value(fmt["schema"])))))
-    elif results:
+    elif results is not None:
         header = f"Simulated reply using {len(results)} tool result(s): '{_first_words(results)}':"
         blocks.append(Block("text", _words(header, reply_tokens, rng)))
     else:

@@ -39,8 +39,25 @@ def error_event(type: str, message: str, request_id: str | None) -> bytes:
     return b"event: error\ndata: " + error_json(type, message, request_id) + b"\n\n"
 
 
-def render_stream(reply: Reply, message_id: str) -> list[Event]:
-    """Every event of the stream for ``reply``, in order."""
+def render_content(reply: Reply) -> tuple[Event, ...]:
+    """The content-block events of ``reply`` -- the part that depends on its content only,
+    so a caller may reuse it for every request that gets the same reply."""
+    events: list[Event] = []
+    for index, block in enumerate(reply.blocks):
+        events.extend(_block_events(index, block))
+    return tuple(events)
+
+
+def render_stream(
+    reply: Reply, message_id: str, content: tuple[Event, ...] | None = None
+) -> list[Event]:
+    """Every event of the stream for ``reply``, in order.
+
+    Args:
+      reply: what to send.
+      message_id: the ``id`` in ``message_start``.
+      content: ``render_content(reply)``, if the caller has it already.
+    """
     start = {
         "type": "message_start",
         "message": {
@@ -58,8 +75,7 @@ def render_stream(reply: Reply, message_id: str) -> list[Event]:
         Event(sse("message_start", _dumps(start))),
         Event(sse("ping", '{"type": "ping"}')),
     ]
-    for index, block in enumerate(reply.blocks):
-        events.extend(_block_events(index, block))
+    events.extend(render_content(reply) if content is None else content)
     usage = reply.usage_json()
     delta = {
         "type": "message_delta",

@@ -282,8 +282,10 @@ def _validate(
     if _given(body, "stop_sequences"):
         for i, seq in enumerate(_list(body["stop_sequences"], "stop_sequences")):
             text = _string(seq, f"stop_sequences.{i}")
+            if not text:
+                _fail("stop_sequences", "each stop sequence must be non-empty")
             if not text.strip():
-                _fail(f"stop_sequences.{i}", "each stop sequence must contain non-whitespace")
+                _fail("stop_sequences", "each stop sequence must contain non-whitespace")
     if "stream" in body:
         _boolean(body["stream"], "stream")
     if _given(body, "metadata"):
@@ -353,6 +355,11 @@ def _tools(body: Mapping[str, Any], counter: _Counter) -> frozenset[str]:
             schema = _object(_required(tool, "input_schema", path), _join(path, "input_schema"))
             if schema.get("type") != "object":
                 _fail(_join(path, "input_schema.type"), "Input should be 'object'")
+            if any(key in schema for key in ("oneOf", "allOf", "anyOf")):
+                _fail(
+                    _join(path, "input_schema"),
+                    "input_schema does not support oneOf, allOf, or anyOf at the top level",
+                )
             if _given(tool, "description"):
                 _string(tool["description"], _join(path, "description"))
             if _given(tool, "strict"):

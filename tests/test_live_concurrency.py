@@ -1,0 +1,286 @@
+"""Windows, the gate, cancellation and shutdown, live: hypercorn + the simulator on loopback.
+
+The deterministic versions of these properties (exact flush times, exact dispatch order)
+are in test_batching.py / test_gate.py under the autojump clock; these prove the same
+structure holds with real sockets, real disconnects and the real upstream client.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import partial
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+from support import Sim, proxy_and_simulator
+
+from trio_batcher.simulator import SimulatorConfig
+
+
+def _body(text: str, *, stream: bool = False) -> dict[str, Any]:
+    return {
+        "model": "claude-sonnet-4-5",
+        "messages": [{"role": "user", "content": text}],
+        "stream": stream,
+    }
+
+
+async def _wait_for(sim: Sim, predicate: Any) -> dict[str, Any]:
+    with trio.fail_after(5):
+        return await sim.wait_until(predicate)
+
+
+def _http() -> httpx2.AsyncClient:
+    limits = httpx2.Limits(max_connections=400, max_keepalive_connections=0)
+    return httpx2.AsyncClient(timeout=30, limits=limits)
+
+
+async def test_200_concurrent_requests_with_cap_8_get_their_own_answers() -> None:
+    config = SimulatorConfig(ttft_ms=20)
+    async with (
+        proxy_and_simulator(
+            config, batch_enabled=True, batch_max_concurrency=8, batch_max_size=16
+        ) as (url, sim),
+        _http() as http,
+    ):
+        answers: dict[int, str] = {}
+
+        async def one(i: int) -> None:
+            response = await http.post(f"{url}/v1/chat/completions", json=_body(f"question-{i}"))
+            assert response.status_code == 200, response.text
+            answers[i] = response.json()["choices"][0]["message"]["content"]
+
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(one, i)
+        assert len(answers) == 200
+        for i, answer in answers.items():
+            assert f"question-{i}'" in answer  # each caller got its own reply
+        stats = await sim.stats()
+        assert stats["requests_total"] == 200
+        assert 1 < stats["max_in_flight"] <= 8
+
+
+async def test_40_concurrent_streams_respect_the_cap_until_they_end() -> None:
+    config = SimulatorConfig(ttft_ms=10, tokens_per_s=400, reply_tokens=20)
+    async with (
+        proxy_and_simulator(config, batch_enabled=True, batch_max_concurrency=8) as (url, sim),
+        _http() as http,
+    ):
+        texts: dict[int, str] = {}
+
+        async def one(i: int) -> None:
+            parts: list[str] = []
+            async with http.stream(
+                "POST", f"{url}/v1/chat/completions", json=_body(f"stream-{i}", stream=True)
+            ) as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        chunk = json.loads(line[6:])
+                        parts.extend(c["delta"].get("content") or "" for c in chunk["choices"])
+                    elif line == "data: [DONE]":
+                        texts[i] = "".join(parts)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(one, i)
+        assert len(texts) == 40
+        assert all(f"stream-{i}'" in text for i, text in texts.items())
+        stats = await sim.stats()
+        assert stats["streams"] == 40
+        assert 1 < stats["max_in_flight"] <= 8
+
+
+async def test_overload_sheds_with_429_and_retry_after_and_no_5xx() -> None:
+    config = SimulatorConfig(ttft_ms=200)
+    async with (
+        proxy_and_simulator(config, max_inflight=4, max_queue=4, retry_after_s=2) as (url, sim),
+        _http() as http,
+    ):
+        statuses: list[int] = []
+        retry_after: set[str] = set()
+
+        async def one(i: int) -> None:
+            response = await http.post(f"{url}/v1/chat/completions", json=_body(f"load-{i}"))
+            statuses.append(response.status_code)
+            if response.status_code == 429:
+                retry_after.add(response.headers["retry-after"])
+                error = response.json()["error"]
+                assert error["type"] == "rate_limit_error" and error["code"] == "queue_full"
+
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(one, i)
+        assert sorted(set(statuses)) == [200, 429]
+        assert statuses.count(200) >= 8  # 4 in flight + 4 queued behind them
+        assert retry_after == {"2"}
+        assert (await sim.stats())["max_in_flight"] <= 4
+
+
+async def _disconnect_after(
+    http: httpx2.AsyncClient, url: str, body: dict[str, Any], *, first_content: bool, sim: Sim
+) -> float:
+    """Send ``body`` and drop the connection once the upstream call is in flight (or, with
+    ``first_content``, once the client has received content); returns when it dropped."""
+    got_content = trio.Event()
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+
+            async def send() -> None:
+                async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if '"content":"' in line and '"content":""' not in line:
+                            got_content.set()
+
+            nursery.start_soon(send)
+            if first_content:
+                with trio.fail_after(5):
+                    await got_content.wait()
+            else:
+                await _wait_for(sim, lambda s: s["in_flight"] == 1)
+            scope.cancel()
+    return time.monotonic()
+
+
+async def test_client_disconnect_mid_call_aborts_the_upstream_call_at_once() -> None:
+    async with proxy_and_simulator() as (url, sim), _http() as http:
+        body = _body("wait forever [[sim:hang=1]]")
+        left_at = await _disconnect_after(http, url, body, first_content=False, sim=sim)
+        stats = await _wait_for(sim, lambda s: s["abandoned"] == 1)
+        trace = stats["recent"][-1]
+        assert trace["outcome"] == "abandoned"
+        assert trace["finished_at"] - left_at < 0.5
+        assert stats["in_flight"] == 0
+
+
+async def test_client_disconnect_mid_stream_closes_the_upstream_stream_at_once() -> None:
+    config = SimulatorConfig(ttft_ms=0, tokens_per_s=10, reply_tokens=200)
+    async with proxy_and_simulator(config) as (url, sim), _http() as http:
+        left_at = await _disconnect_after(
+            http, url, _body("long story", stream=True), first_content=True, sim=sim
+        )
+        stats = await _wait_for(sim, lambda s: s["abandoned"] == 1)
+        trace = stats["recent"][-1]
+        assert trace["first_token_at"] is not None  # it was streaming when the client left
+        assert trace["finished_at"] - left_at < 0.5
+        assert stats["in_flight"] == 0
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"max_inflight": 1, "max_queue": 4}, id="queued-at-the-gate"),
+        pytest.param({"batch_enabled": True, "batch_max_wait_ms": 60_000}, id="open-window"),
+    ],
+)
+async def test_request_abandoned_while_queued_never_reaches_the_upstream(
+    changes: dict[str, Any],
+) -> None:
+    async with proxy_and_simulator(**changes) as (url, sim), _http() as http:
+        gated = "max_inflight" in changes
+        async with trio.open_nursery() as nursery:
+            if gated:  # occupy the only slot so the next request queues
+                hang = partial(
+                    http.post, f"{url}/v1/chat/completions", json=_body("[[sim:hang=1]]")
+                )
+                nursery.start_soon(hang)
+                await _wait_for(sim, lambda s: s["in_flight"] == 1)
+            with trio.move_on_after(0.3):
+                await http.post(f"{url}/v1/chat/completions", json=_body("abandon me"))
+            nursery.cancel_scope.cancel()
+        await trio.sleep(0.2)
+        stats = await sim.stats()
+        assert stats["requests_total"] == (1 if gated else 0)
+        assert all("abandon me" not in json.dumps(t) for t in stats["recent"])
+
+
+async def test_shutdown_lets_in_flight_finish_and_refuses_new_requests() -> None:
+    from support import proxy_settings, running_simulator
+
+    from trio_batcher import create_app
+    from trio_batcher.serving import serve_app
+
+    config = SimulatorConfig(ttft_ms=300)
+    async with running_simulator(config) as sim, _http() as http:
+        stop = trio.Event()
+        app = create_app(proxy_settings(sim, shutdown_grace_s=5))
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(
+                lambda task_status: serve_app(
+                    app, "127.0.0.1", 0, shutdown=stop, task_status=task_status
+                )
+            )
+            url = f"http://{host}:{port}"
+            results: list[int] = []
+
+            async def in_flight() -> None:
+                results.append(
+                    (await http.post(f"{url}/v1/chat/completions", json=_body("a"))).status_code
+                )
+
+            nursery.start_soon(in_flight)
+            await _wait_for(sim, lambda s: s["in_flight"] == 1)
+            stop.set()
+            await trio.sleep(0.05)
+            assert app.runtime is not None and app.runtime.draining
+        assert results == [200]
+
+
+async def test_shutdown_past_grace_answers_every_request_and_refuses_new_ones() -> None:
+    from support import proxy_settings, running_simulator
+
+    from trio_batcher import create_app
+    from trio_batcher.serving import serve_app
+
+    config = SimulatorConfig(ttft_ms=0, tokens_per_s=5, reply_tokens=500)
+    async with running_simulator(config) as sim, _http() as http:
+        keepalive = httpx2.AsyncClient(timeout=3)
+        stop = trio.Event()
+        app = create_app(proxy_settings(sim, shutdown_grace_s=0.5))
+        outcomes: dict[str, Any] = {}
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(
+                lambda task_status: serve_app(
+                    app, "127.0.0.1", 0, shutdown=stop, task_status=task_status
+                )
+            )
+            url = f"http://{host}:{port}"
+            assert (await keepalive.get(f"{url}/health")).status_code == 200
+
+            async def call() -> None:
+                response = await http.post(
+                    f"{url}/v1/chat/completions", json=_body("[[sim:hang=1]]")
+                )
+                outcomes["call"] = (response.status_code, response.json()["error"]["code"])
+
+            async def stream() -> None:
+                lines: list[str] = []
+                async with http.stream(
+                    "POST", f"{url}/v1/chat/completions", json=_body("long", stream=True)
+                ) as response:
+                    outcomes["stream_status"] = response.status_code
+                    lines = [line async for line in response.aiter_lines() if line]
+                outcomes["stream_last"] = json.loads(lines[-1].removeprefix("data: "))
+
+            nursery.start_soon(call)
+            nursery.start_soon(stream)
+            await _wait_for(sim, lambda s: s["in_flight"] == 2)
+            await trio.sleep(0.3)  # let the stream deliver some content
+            stop.set()
+            await trio.sleep(0.05)
+            late = await keepalive.get(f"{url}/health")
+            outcomes["health"] = late.status_code
+            late = await keepalive.post(f"{url}/v1/chat/completions", json=_body("too late"))
+            outcomes["late"] = (late.status_code, late.json()["error"]["code"])
+            await keepalive.aclose()
+        assert outcomes["health"] == 503
+        assert outcomes["late"] == (503, "shutdown")
+        assert outcomes["call"] == (503, "shutdown")
+        assert outcomes["stream_status"] == 200
+        assert outcomes["stream_last"]["error"]["code"] == "shutdown"
+        stats = await _wait_for(sim, lambda s: s["in_flight"] == 0)
+        assert stats["requests_total"] == 2  # the late request never reached the upstream

@@ -1,0 +1,284 @@
+"""The simulator and the proxy as separate child processes on loopback, always stopped.
+
+Theory of operation: each server is ``python -m trio_batcher simulate|serve --port P`` with
+an environment we control (every proxy setting variable inherited from the caller's shell
+is removed first, so a stray ``BATCH_ENABLED`` cannot change a benchmark). Its stdout and
+stderr go to a log file, never to a pipe that could fill and block the child. ``_start``
+picks a free port, spawns the child and polls a readiness URL until it answers 200, the
+child exits (``ServerError`` with the log's tail) or the start deadline passes.
+
+``running_stack`` owns the children for the length of an ``async with`` block. On the way
+out -- normal exit, error or cancellation -- every child still running gets SIGTERM, then
+SIGKILL if it has not exited within ``STOP_GRACE_S``; this runs in a shielded cancel scope,
+so nothing the caller does can skip it. The proxy's ``SHUTDOWN_GRACE_S`` is set low so
+SIGTERM finishes quickly: the benchmark has no request it wants to outlive the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, final
+
+import httpx2
+import trio
+
+from ..settings import SPECS
+
+__all__ = [
+    "SIM_KEY",
+    "ProxyServer",
+    "ServerError",
+    "SimServer",
+    "Stack",
+    "running_stack",
+]
+
+SIM_KEY: Final = "sk-ant-bench-local-simulated"  # the simulator accepts any non-empty key
+START_TIMEOUT_S: Final = 20.0
+STOP_GRACE_S: Final = 8.0
+_POLL_S: Final = 0.05
+_LOG_TAIL: Final = 2000
+
+
+@final
+class ServerError(RuntimeError):
+    """A server process failed to start or answered its control endpoint badly."""
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (the child binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class _Child:
+    name: str
+    process: trio.Process
+    log_path: Path
+    url: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[-_LOG_TAIL:]
+
+
+@final
+@dataclass
+class SimServer:
+    """A running simulator: its base URL, pid, and its ``/_sim`` control endpoints."""
+
+    child: _Child
+    http: httpx2.AsyncClient
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    async def stats(self, recent: int = 0) -> dict[str, Any]:
+        """``GET /_sim/stats``; ``recent`` traces included (0: none, the cheap poll)."""
+        response = await self.http.get(f"{self.url}/_sim/stats", params={"recent": recent})
+        return _json_object(response, "simulator /_sim/stats")
+
+    async def reset(self) -> None:
+        response = await self.http.post(f"{self.url}/_sim/reset")
+        _json_object(response, "simulator /_sim/reset")
+
+
+@final
+@dataclass
+class ProxyServer:
+    """A running proxy (``METRICS_ENABLED=1``): its base URL, pid, env and ``/metrics``."""
+
+    child: _Child
+    http: httpx2.AsyncClient
+    env: Mapping[str, str]
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    async def metrics(self) -> dict[str, Any]:
+        response = await self.http.get(f"{self.url}/metrics")
+        return _json_object(response, "proxy /metrics")
+
+    async def wait_idle(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The ``/metrics`` snapshot once no request is active or waiting and no upstream call
+        is in flight, so every request the clients finished has been recorded (a stream is
+        recorded after its last byte left, a moment after the client saw it).
+
+        Raises:
+          ServerError: still busy after ``timeout`` seconds.
+        """
+        with trio.move_on_after(timeout):
+            while True:
+                snapshot = await self.metrics()
+                busy = snapshot["concurrency"]
+                if not (busy["active"] or busy["waiting"] or busy["upstream_in_flight"]):
+                    return snapshot
+                await trio.sleep(0.02)
+        raise ServerError(f"proxy still busy {timeout:g} s after the load stopped")
+
+
+@final
+@dataclass
+class Stack:
+    """One simulator and any number of named proxies in front of it."""
+
+    sim: SimServer
+    proxies: dict[str, ProxyServer] = field(default_factory=dict)
+
+
+def _json_object(response: httpx2.Response, what: str) -> dict[str, Any]:
+    if response.status_code != 200:
+        raise ServerError(f"{what} answered {response.status_code}: {response.text[:200]}")
+    data = response.json()
+    if not isinstance(data, dict):
+        raise ServerError(f"{what} did not answer a JSON object")
+    return data
+
+
+def _base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for spec in SPECS:
+        env.pop(spec.env, None)
+    env.pop("PYTHONBREAKPOINT", None)
+    return env
+
+
+async def _start(
+    name: str,
+    argv: list[str],
+    env: Mapping[str, str],
+    ready_path: str,
+    log_dir: Path,
+    port: int,
+    http: httpx2.AsyncClient,
+    children: list[_Child],
+) -> _Child:
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "trio_batcher", *argv],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    child = _Child(name, process, log_path, f"http://127.0.0.1:{port}")
+    children.append(child)  # registered before any await: the caller's finally stops it
+    with trio.move_on_after(START_TIMEOUT_S):
+        while process.poll() is None:
+            try:
+                response = await http.get(child.url + ready_path, timeout=1.0)
+                if response.status_code == 200:
+                    return child
+            except httpx2.TransportError:
+                pass
+            await trio.sleep(_POLL_S)
+        raise ServerError(
+            f"{name} exited with status {process.returncode} before it was ready:\n"
+            f"{child.log_tail()}"
+        )
+    raise ServerError(f"{name} not ready after {START_TIMEOUT_S:g} s:\n{child.log_tail()}")
+
+
+async def _stop(child: _Child) -> None:
+    process = child.process
+    if process.poll() is not None:
+        return
+    try:
+        process.send_signal(signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with trio.move_on_after(STOP_GRACE_S):
+        await process.wait()
+        return
+    process.kill()
+    await process.wait()
+
+
+@asynccontextmanager
+async def running_stack(
+    sim_args: list[str],
+    proxies: Mapping[str, Mapping[str, str]],
+    log_dir: Path,
+) -> AsyncIterator[Stack]:
+    """Start a simulator (``simulate`` plus ``sim_args``) and one proxy per entry of
+    ``proxies`` (name -> extra settings), each proxy pointed at the simulator with metrics
+    on; yield them; stop them all on exit, whatever happened.
+
+    Raises:
+      ServerError: a server did not become ready (its log's tail is in the message).
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    children: list[_Child] = []
+    base = _base_env()
+    async with httpx2.AsyncClient(trust_env=False, timeout=10.0) as http:
+        try:
+            sim_port = free_port()
+            sim_child = await _start(
+                "simulator",
+                ["simulate", "--port", str(sim_port), "--log-level", "warning", *sim_args],
+                base,
+                "/_sim/stats?recent=0",
+                log_dir,
+                sim_port,
+                http,
+                children,
+            )
+            stack = Stack(SimServer(sim_child, http))
+            for name, settings in proxies.items():
+                port = free_port()
+                env = {
+                    **base,
+                    "ANTHROPIC_BASE_URL": sim_child.url,
+                    "ANTHROPIC_API_KEY": SIM_KEY,
+                    "METRICS_ENABLED": "1",
+                    "METRICS_LATENCY_WINDOW": "100000",
+                    "SHUTDOWN_GRACE_S": "2",
+                    **settings,
+                }
+                child = await _start(
+                    f"proxy-{name}",
+                    ["serve", "--port", str(port), "--log-level", "warning"],
+                    env,
+                    "/health",
+                    log_dir,
+                    port,
+                    http,
+                    children,
+                )
+                shown = {k: v for k, v in env.items() if k in settings}
+                stack.proxies[name] = ProxyServer(child, http, shown)
+            yield stack
+        finally:
+            with trio.CancelScope(shield=True):
+                # Proxies first, so none of them is mid-call when its upstream goes away.
+                for child in reversed(children):
+                    await _stop(child)
