@@ -284,3 +284,91 @@ async def test_shutdown_past_grace_answers_every_request_and_refuses_new_ones() 
         assert outcomes["stream_last"]["error"]["code"] == "shutdown"
         stats = await _wait_for(sim, lambda s: s["in_flight"] == 0)
         assert stats["requests_total"] == 2  # the late request never reached the upstream
+
+
+async def _assert_idle(http: httpx2.AsyncClient, url: str) -> None:
+    """Every gauge back at rest: nothing admitted, waiting, or in flight upstream."""
+    with trio.fail_after(5):
+        while True:
+            concurrency = (await http.get(f"{url}/metrics")).json()["concurrency"]
+            if (
+                concurrency["active"],
+                concurrency["waiting"],
+                concurrency["upstream_in_flight"],
+            ) == (0, 0, 0):
+                return
+            await trio.sleep(0.01)
+
+
+async def _stream_lines(http: httpx2.AsyncClient, url: str, body: dict[str, Any]) -> list[str]:
+    async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        return [line async for line in response.aiter_lines() if line]
+
+
+async def test_window_timeout_fails_a_stuck_call_with_504_and_cuts_a_stream_with_an_error_event() -> (
+    None
+):
+    config = SimulatorConfig(ttft_ms=0, tokens_per_s=10, reply_tokens=100)
+    changes = {
+        "batch_enabled": True,
+        "batch_timeout_s": 0.4,
+        "batch_max_wait_ms": 1,
+        "metrics_enabled": True,
+    }
+    async with proxy_and_simulator(config, **changes) as (url, sim), _http() as http:
+        response = await http.post(f"{url}/v1/chat/completions", json=_body("[[sim:hang=1]]"))
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "window_timeout"
+        lines = await _stream_lines(http, url, _body("long", stream=True))
+        assert any('"content":"' in line for line in lines[:-1])
+        assert json.loads(lines[-1].removeprefix("data: "))["error"]["code"] == "window_timeout"
+        await _assert_idle(http, url)
+        stats = await _wait_for(sim, lambda s: s["in_flight"] == 0)
+        assert stats["abandoned"] == 2  # both upstream calls were closed, not left running
+
+
+async def test_request_deadline_mid_stream_ends_it_with_an_error_event() -> None:
+    config = SimulatorConfig(ttft_ms=0, tokens_per_s=10, reply_tokens=100)
+    async with (
+        proxy_and_simulator(config, request_timeout_s=0.4, metrics_enabled=True) as (url, sim),
+        _http() as http,
+    ):
+        lines = await _stream_lines(http, url, _body("long", stream=True))
+        assert json.loads(lines[-1].removeprefix("data: "))["error"]["code"] == "request_timeout"
+        await _assert_idle(http, url)
+        assert (await _wait_for(sim, lambda s: s["in_flight"] == 0))["abandoned"] == 1
+        metrics = (await http.get(f"{url}/metrics")).json()
+        assert metrics["requests"]["by_status"] == {"504": 1}
+
+
+async def test_gauges_return_to_idle_after_a_mix_of_outcomes() -> None:
+    config = SimulatorConfig(ttft_ms=30, tokens_per_s=200, reply_tokens=10)
+    changes = {
+        "batch_enabled": True,
+        "batch_max_concurrency": 3,
+        "max_inflight": 4,
+        "max_queue": 2,
+        "metrics_enabled": True,
+        "request_timeout_s": 2,
+    }
+    async with proxy_and_simulator(config, **changes) as (url, sim), _http() as http:
+        texts = ["ok", "[[sim:status=500]]", "[[sim:hang=1]]", "[[sim:status=529]]", "ok"]
+
+        async def one(i: int) -> None:
+            body = _body(f"{texts[i % len(texts)]} {i}", stream=i % 2 == 0)
+            with trio.move_on_after(0.3 if i % 7 == 0 else 10):  # some clients leave mid-way
+                async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    async for _ in r.aiter_raw():
+                        pass
+
+        async with trio.open_nursery() as nursery:
+            for i in range(30):
+                nursery.start_soon(one, i)
+        await _assert_idle(http, url)
+        await _wait_for(sim, lambda s: s["in_flight"] == 0)
+        metrics = (await http.get(f"{url}/metrics")).json()
+        assert metrics["requests"]["total"] + metrics["rejected"]["total"] == 30, (
+            metrics["requests"]["by_status"],
+            metrics["rejected"],
+        )

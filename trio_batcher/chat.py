@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, final
@@ -131,7 +132,7 @@ class ChatPipeline:
     async def handle(self, payload: object, arrived: float) -> JSONReply | StreamReply:
         """Answer one request body; raises ``ProxyError`` for anything but success."""
         tr = translate_request(payload, self._options)
-        slot = await self._admit()
+        slot = await self._admit(tr.model, arrived)
         deadline = arrived + self._settings.request_timeout_s
         if tr.stream:
             return await self._start_stream(tr, slot, arrived, deadline)
@@ -140,9 +141,14 @@ class ChatPipeline:
         finally:
             slot.release()
 
-    async def _admit(self) -> Slot:
+    async def _admit(self, model: str, arrived: float) -> Slot:
         try:
             return await self._gate.acquire()
+        except trio.Cancelled:
+            # The client left while queued: not shed, but it was a request, so count it.
+            waited = trio.current_time() - arrived
+            self._record_error(model, CLIENT_CLOSED, Timing(total=waited, queue=waited), stream=False)
+            raise
         except Shed as shed:
             if self._metrics is not None:
                 self._metrics.record_rejected(shed.reason)
@@ -225,8 +231,9 @@ class ChatPipeline:
                             },
                         )
                     )
-                    async for item in stream.events():
-                        await send.send(item)
+                    async with aclosing(stream.events()) as events:
+                        async for item in events:
+                            await send.send(item)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
                 finally:

@@ -53,39 +53,31 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
+_SIM_FLAGS: Final = (
+    ("ttft_ms", float, "time to first token (ms)"),
+    ("tokens_per_s", float, "output token rate after the first token (0 = instant)"),
+    ("jitter", float, "relative latency jitter, e.g. 0.1"),
+    ("error_rate", float, "fraction of requests answered with 500"),
+    ("rate_429", float, "fraction of requests answered with 429"),
+    ("rate_529", float, "fraction of requests answered with 529"),
+    ("seed", int, "seed for jitter and injected faults"),
+)
+
+
 def _add_simulator_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
     group = parser.add_argument_group("simulated upstream")
-    group.add_argument(
-        f"--{prefix}ttft-ms", type=float, default=None, help="time to first token (ms)"
-    )
-    group.add_argument(
-        f"--{prefix}tokens-per-s",
-        type=float,
-        default=None,
-        help="output token rate after the first token (0 = instant)",
-    )
-    group.add_argument(
-        f"--{prefix}jitter", type=float, default=None, help="relative latency jitter, e.g. 0.1"
-    )
-    group.add_argument(
-        f"--{prefix}error-rate", type=float, default=None, help="fraction answered with 500"
-    )
-    group.add_argument(
-        f"--{prefix}rate-429", type=float, default=None, help="fraction answered with 429"
-    )
-    group.add_argument(
-        f"--{prefix}rate-529", type=float, default=None, help="fraction answered with 529"
-    )
-    group.add_argument(f"--{prefix}seed", type=int, default=None, help="seed for jitter and faults")
+    for name, kind, help_text in _SIM_FLAGS:
+        flag = "--" + (prefix + name).replace("_", "-")
+        group.add_argument(flag, dest=prefix + name, type=kind, default=None, help=help_text)
 
 
 def _simulator_config(args: argparse.Namespace, prefix: str, **defaults: float) -> SimulatorConfig:
     values: dict[str, Any] = dict(defaults)
-    for name in ("ttft_ms", "tokens_per_s", "jitter", "error_rate", "rate_429", "rate_529", "seed"):
-        value = getattr(args, f"{prefix}{name}")
+    for name, _, _ in _SIM_FLAGS:
+        value = getattr(args, prefix + name)
         if value is not None:
             if value < 0:
-                _fail(f"--{prefix.replace('_', '-')}{name.replace('_', '-')} must be >= 0")
+                _fail(f"--{(prefix + name).replace('_', '-')} must be >= 0")
             values[name] = value
     return SimulatorConfig(**values)
 

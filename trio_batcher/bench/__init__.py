@@ -1,0 +1,274 @@
+"""``trio-batcher bench``: the simulator and the proxy as real processes, real load, a report.
+
+Public surface: ``add_bench_parser(subparsers)`` adds the ``bench`` subcommand to the CLI,
+``run_bench(args)`` runs it and returns the exit status (0: every scenario's checks held;
+1: a check failed or a scenario broke; 130: interrupted). ``python -m trio_batcher.bench``
+runs it stand-alone. See docs/benchmarks.md for the method and the report's schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .harness import Bench, Options
+from .progress import Display
+from .report import write_report
+from .results import Report, ScenarioResult
+from .scenarios import SCENARIOS
+
+__all__ = ["SCENARIOS", "add_bench_parser", "build_parser", "run_bench"]
+
+DEFAULT_OUT = "bench-results/latest.json"
+DEFAULT_VISUALS_JSON = "visuals/data/results.json"
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {raw}")
+    return value
+
+
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {raw}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {raw}")
+    return value
+
+
+def _scenarios(raw: str) -> str:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SCENARIOS and name != "all"]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario {', '.join(unknown) or repr(raw)}; "
+            f"choose from {', '.join(SCENARIOS)} or all"
+        )
+    return ",".join(names)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scenario",
+        default="all",
+        type=_scenarios,
+        metavar="NAME",
+        help=f"one of {', '.join(SCENARIOS)}, a comma-separated list, or all (the default)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="short phases (the whole suite in about a minute)"
+    )
+    parser.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="seconds per measured phase and per overload step (default 15/8, quick 4/3)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="closed-loop clients for overhead (default 50) and stream (default 20)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_non_negative_float,
+        default=None,
+        metavar="S",
+        help="unmeasured seconds before each closed-loop phase (default 3, quick 1)",
+    )
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        metavar="PATH",
+        help=f"JSON report; the markdown goes next to it as .md (default {DEFAULT_OUT})",
+    )
+    parser.add_argument(
+        "--visuals-json",
+        default=DEFAULT_VISUALS_JSON,
+        metavar="PATH",
+        help=f"a copy of the JSON for the pages (default {DEFAULT_VISUALS_JSON}; '' = none)",
+    )
+    parser.add_argument(
+        "--logs",
+        default=None,
+        metavar="DIR",
+        help="server logs (default: a logs/ directory next to --out)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="plain progress lines even on a terminal"
+    )
+    parser.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+    )
+
+
+def add_bench_parser(subparsers: Any) -> None:
+    """Add ``bench`` to the CLI's subcommands (``subparsers`` from ``add_subparsers()``)."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark the proxy against the simulator (separate processes, real sockets)",
+        description=(
+            "Start the simulated upstream and the proxy as separate processes on loopback, "
+            "drive load, reconcile what the clients saw with the proxy's /metrics, and write "
+            "a JSON and a markdown report. Exits 1 if any scenario's checks fail."
+        ),
+    )
+    _add_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The stand-alone parser of ``python -m trio_batcher.bench``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trio_batcher.bench", description="Benchmark trio-batcher."
+    )
+    _add_arguments(parser)
+    return parser
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = ["trio-batcher", "bench", "--scenario", args.scenario]
+    if args.quick:
+        parts.append("--quick")
+    for flag, value in (
+        ("--duration", args.duration),
+        ("--concurrency", args.concurrency),
+        ("--warmup", args.warmup),
+    ):
+        if value is not None:
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if args.out != DEFAULT_OUT:
+        parts += ["--out", args.out]
+    return shlex.join(parts)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {
+            name: _version(name) for name in ("trio", "hypercorn", "quart-trio", "httpx2")
+        },
+        "git_commit": _git_commit(),
+        "loadavg_before": _loadavg(),
+    }
+
+
+async def _run_all(names: list[str], options: Options, display: Display) -> list[ScenarioResult]:
+    bench = Bench(options, display)
+    results = []
+    for name in names:
+        scenario = SCENARIOS[name]
+        result = ScenarioResult(scenario.name, scenario.title, scenario.description, {})
+        display.scenario(scenario.name, scenario.title)
+        started = trio.current_time()
+        try:
+            await scenario.run(bench, result)
+        except Exception as exc:  # a broken scenario is reported; the others still run
+            result.error = f"{type(exc).__name__}: {exc}"
+            display.line("".join(traceback.format_exception(exc)))
+        result.duration_s = round(trio.current_time() - started, 3)
+        failed = [c.name for c in result.checks if not c.ok]
+        verdict = "ok" if result.ok else "FAILED"
+        display.line(
+            f"[{name}] {verdict} in {result.duration_s:.1f} s; "
+            f"checks {len(result.checks) - len(failed)}/{len(result.checks)}"
+            + "".join(f"\n  failed: {f}" for f in failed)
+        )
+        results.append(result)
+    return results
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run the scenarios ``args`` selects and write the reports; returns the exit status."""
+    chosen = args.scenario.split(",")
+    names = list(SCENARIOS) if "all" in chosen else [n for n in SCENARIOS if n in chosen]
+    out = Path(args.out)
+    options = Options(
+        quick=args.quick,
+        duration=args.duration,
+        concurrency=args.concurrency,
+        warmup=args.warmup,
+        log_dir=Path(args.logs) if args.logs else out.parent / "logs",
+    )
+    machine = _machine()
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    display = Display(rich=False if args.no_progress else None)
+    started = time.monotonic()
+    try:
+        scenarios = trio.run(_run_all, names, options, display)
+    except KeyboardInterrupt:
+        display.close()
+        print("trio-batcher bench: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        display.close()
+    machine["loadavg_after"] = _loadavg()
+    report = Report(
+        created_at=created,
+        command=_command(args),
+        quick=args.quick,
+        machine=machine,
+        scenarios=scenarios,
+        duration_s=time.monotonic() - started,
+    )
+    extra = [Path(args.visuals_json)] if args.visuals_json else []
+    markdown = write_report(report, out, *extra)
+    print(
+        f"trio-batcher bench: {'PASS' if report.ok else 'FAIL'} in {report.duration_s:.0f} s; "
+        f"wrote {out}, {markdown}" + "".join(f", {p}" for p in extra),
+        file=sys.stderr,
+    )
+    return 0 if report.ok else 1

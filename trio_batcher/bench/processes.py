@@ -44,6 +44,7 @@ __all__ = [
 SIM_KEY: Final = "sk-ant-bench-local-simulated"  # the simulator accepts any non-empty key
 START_TIMEOUT_S: Final = 20.0
 STOP_GRACE_S: Final = 8.0
+IDLE_TIMEOUT_S: Final = 10.0
 _POLL_S: Final = 0.05
 _LOG_TAIL: Final = 2000
 
@@ -127,22 +128,22 @@ class ProxyServer:
         response = await self.http.get(f"{self.url}/metrics")
         return _json_object(response, "proxy /metrics")
 
-    async def wait_idle(self, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_idle(self) -> dict[str, Any]:
         """The ``/metrics`` snapshot once no request is active or waiting and no upstream call
         is in flight, so every request the clients finished has been recorded (a stream is
         recorded after its last byte left, a moment after the client saw it).
 
         Raises:
-          ServerError: still busy after ``timeout`` seconds.
+          ServerError: still busy after ``IDLE_TIMEOUT_S`` seconds.
         """
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(IDLE_TIMEOUT_S):
             while True:
                 snapshot = await self.metrics()
                 busy = snapshot["concurrency"]
                 if not (busy["active"] or busy["waiting"] or busy["upstream_in_flight"]):
                     return snapshot
                 await trio.sleep(0.02)
-        raise ServerError(f"proxy still busy {timeout:g} s after the load stopped")
+        raise ServerError(f"proxy still busy {IDLE_TIMEOUT_S:g} s after the load stopped")
 
 
 @final
@@ -236,49 +237,51 @@ async def running_stack(
     Raises:
       ServerError: a server did not become ready (its log's tail is in the message).
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
+    await trio.Path(log_dir).mkdir(parents=True, exist_ok=True)
     children: list[_Child] = []
     base = _base_env()
-    async with httpx2.AsyncClient(trust_env=False, timeout=10.0) as http:
-        try:
-            sim_port = free_port()
-            sim_child = await _start(
-                "simulator",
-                ["simulate", "--port", str(sim_port), "--log-level", "warning", *sim_args],
-                base,
-                "/_sim/stats?recent=0",
+    http = httpx2.AsyncClient(trust_env=False, timeout=10.0)
+    try:
+        sim_port = free_port()
+        sim_child = await _start(
+            "simulator",
+            ["simulate", "--port", str(sim_port), "--log-level", "warning", *sim_args],
+            base,
+            "/_sim/stats?recent=0",
+            log_dir,
+            sim_port,
+            http,
+            children,
+        )
+        stack = Stack(SimServer(sim_child, http))
+        for name, settings in proxies.items():
+            port = free_port()
+            env = {
+                **base,
+                "ANTHROPIC_BASE_URL": sim_child.url,
+                "ANTHROPIC_API_KEY": SIM_KEY,
+                "METRICS_ENABLED": "1",
+                "METRICS_LATENCY_WINDOW": "100000",
+                "SHUTDOWN_GRACE_S": "2",
+                **settings,
+            }
+            child = await _start(
+                f"proxy-{name}",
+                ["serve", "--port", str(port), "--log-level", "warning"],
+                env,
+                "/health",
                 log_dir,
-                sim_port,
+                port,
                 http,
                 children,
             )
-            stack = Stack(SimServer(sim_child, http))
-            for name, settings in proxies.items():
-                port = free_port()
-                env = {
-                    **base,
-                    "ANTHROPIC_BASE_URL": sim_child.url,
-                    "ANTHROPIC_API_KEY": SIM_KEY,
-                    "METRICS_ENABLED": "1",
-                    "METRICS_LATENCY_WINDOW": "100000",
-                    "SHUTDOWN_GRACE_S": "2",
-                    **settings,
-                }
-                child = await _start(
-                    f"proxy-{name}",
-                    ["serve", "--port", str(port), "--log-level", "warning"],
-                    env,
-                    "/health",
-                    log_dir,
-                    port,
-                    http,
-                    children,
-                )
-                shown = {k: v for k, v in env.items() if k in settings}
-                stack.proxies[name] = ProxyServer(child, http, shown)
-            yield stack
-        finally:
-            with trio.CancelScope(shield=True):
-                # Proxies first, so none of them is mid-call when its upstream goes away.
-                for child in reversed(children):
-                    await _stop(child)
+            stack.proxies[name] = ProxyServer(child, http, dict(settings))
+        yield stack
+    finally:
+        with trio.CancelScope(shield=True):
+            # Our own idle keep-alive connections go first: a server shutting down gracefully
+            # waits for open connections. Then proxies, so none is mid-call when its
+            # upstream goes away.
+            await http.aclose()
+            for child in reversed(children):
+                await _stop(child)

@@ -1,27 +1,21 @@
 """The simulated Anthropic Messages API as a quart-trio app.
 
-Theory of operation: a thin ASGI wrapper (``_Instrumented``) sits in front of Quart. For
-every request it picks the ``request-id``, appends it and the ``anthropic-ratelimit-*``
-headers to whatever response goes out, and, for ``POST /v1/messages``, opens the request's
-``Trace`` and guarantees in its ``finally`` that the trace is closed -- as ``abandoned``
-when nothing else closed it, i.e. when the client disconnected and quart-trio cancelled the
-handler or the stream body. The route handlers do the rest in this order: auth,
+Theory of operation: ``SimulatorApp.asgi_app`` wraps Quart for every HTTP request. It picks
+the ``request-id``, appends it and the ``anthropic-ratelimit-*`` headers to whatever
+response goes out, and, for ``POST /v1/messages``, opens the request's ``Trace`` and
+guarantees in its ``finally`` that the trace is closed -- as ``abandoned`` when nothing
+else closed it, i.e. when the client disconnected and quart-trio cancelled the handler or
+the stream body (``delivery.py``). The handler does the rest in this order: auth,
 ``anthropic-version``, body size and JSON, validation, fault directives and draws, then the
-reply (pure, see ``replies.py``), delivered on the latency model's schedule either as one
-JSON body or as SSE events. Everything a request does to shared state (counters, the
-prompt cache, the RNG) happens without a checkpoint in between, so trio tasks never see it
-half-done.
+reply (pure, ``replies.py``), sent on the latency model's schedule either as one JSON body
+or as SSE events. Shared state (``state.py``) is only touched between checkpoints.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any, Final, cast, final
 
 import trio
@@ -32,105 +26,21 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from ..serving import serve_app
 from .config import API_VERSIONS, SimulatorConfig
+from .delivery import stream_body
 from .errors import DEFAULT_MESSAGES, SimulatorError, error_json, error_type_for
 from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_faults, parse_faults
 from .latency import reply_delay, schedule
 from .models import find_model, list_models
-from .prompt import InputUsage, Prompt, PromptCache, analyse_prompt
-from .replies import Reply, build_reply
-from .sse import Event, error_event, render_content, render_stream
-from .stats import SimulatorStats, Trace
+from .prompt import analyse_prompt
+from .replies import Reply
+from .sse import render_stream
+from .state import SimulatorState
+from .stats import Trace
 from .validation import validate_count_tokens_request, validate_messages_request
 
 _TRACE: Final = "trio_batcher.sim.trace"
 _REQUEST_ID: Final = "trio_batcher.sim.request_id"
 _JSON: Final = "application/json"
-_MEMO_ENTRIES: Final = 512
-
-# Plausible account limits for the anthropic-ratelimit-* headers.
-_LIMITS: Final = {
-    "requests": 4_000,
-    "tokens": 2_400_000,
-    "input-tokens": 2_000_000,
-    "output-tokens": 400_000,
-}
-
-
-@final
-class _Memo:
-    """A memoised reply and, once a stream needed them, its content events."""
-
-    __slots__ = ("_events", "reply")
-
-    def __init__(self, reply: Reply) -> None:
-        self.reply = reply
-        self._events: tuple[Event, ...] | None = None
-
-    def content(self) -> tuple[Event, ...]:
-        if self._events is None:
-            self._events = render_content(self.reply)
-        return self._events
-
-
-@final
-class SimulatorState:
-    """Everything one simulator app shares between requests."""
-
-    def __init__(self, config: SimulatorConfig) -> None:
-        self.config = config
-        self.stats = SimulatorStats()
-        self.cache = PromptCache(config.cache_entries)
-        self.rng = random.Random(config.seed)
-        self._reset_second = -1
-        self._reset_at = b""
-        # (digest, reply_tokens) -> [reply, its content events or None]; bounded below.
-        self._replies: OrderedDict[tuple[bytes, int], _Memo] = OrderedDict()
-
-    def reset(self) -> None:
-        """Zero the counters, empty the prompt cache and re-seed the RNG."""
-        self.stats.reset()
-        self.cache.clear()
-        self.rng.seed(self.config.seed)
-
-    def reply(
-        self, body: dict[str, Any], prompt: Prompt, usage: InputUsage, reply_tokens: int
-    ) -> tuple[Reply, Callable[[], tuple[Event, ...]]]:
-        """``build_reply`` memoised on what it depends on (the digest covers the body), and
-        the reply's content events, rendered at most once.
-
-        Benchmarks repeat a few prompts many times; this keeps them off the slow path.
-        """
-        key = (prompt.digest, reply_tokens)
-        memo = self._replies.get(key)
-        if memo is None:
-            memo = self._replies[key] = _Memo(
-                build_reply(
-                    body, digest=prompt.digest, input_usage=usage, reply_tokens=reply_tokens
-                )
-            )
-            if len(self._replies) > _MEMO_ENTRIES:
-                self._replies.popitem(last=False)
-        else:
-            self._replies.move_to_end(key)
-        return replace(memo.reply, input_usage=usage), memo.content
-
-    def response_headers(self, request_id: str, status: int) -> list[tuple[bytes, bytes]]:
-        """``request-id`` and the rate-limit headers (reset: the next second, RFC 3339)."""
-        now = int(time.time())
-        if now != self._reset_second:
-            self._reset_second = now
-            self._reset_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 1)).encode()
-        headers = [(b"request-id", request_id.encode())]
-        busy = self.stats.in_flight
-        for name, limit in _LIMITS.items():
-            remaining = limit - 1 - busy if name == "requests" else limit
-            if status == 429:
-                remaining = 0
-            prefix = b"anthropic-ratelimit-" + name.encode()
-            headers.append((prefix + b"-limit", str(limit).encode()))
-            headers.append((prefix + b"-remaining", str(max(0, remaining)).encode()))
-            headers.append((prefix + b"-reset", self._reset_at))
-        return headers
 
 
 @final
@@ -364,7 +274,7 @@ async def _messages(state: SimulatorState) -> Response:
         if trace.stream:
             events = render_stream(reply, message_id, content())
             trace.status = 200
-            body_iter = _stream(state, trace, events, offsets, base, faults)
+            body_iter = stream_body(state.stats, trace, events, offsets, base, faults)
             response = Response(
                 body_iter, status=200, content_type="text/event-stream; charset=utf-8"
             )
@@ -395,67 +305,6 @@ def _fault_error(status: int, faults: Faults, config: SimulatorConfig) -> Simula
         headers["retry-after"] = f"{retry:g}"
     message = DEFAULT_MESSAGES.get(kind, f"Simulated {status} fault")
     return SimulatorError(status, message, type=kind, headers=headers)
-
-
-async def _stream(
-    state: SimulatorState,
-    trace: Trace,
-    events: list[Event],
-    offsets: list[float],
-    base: float,
-    faults: Faults,
-) -> AsyncIterator[bytes]:
-    """The SSE body: events on the latency schedule, coalescing those already due.
-
-    Closes the trace itself before yielding the final chunk; if the client goes away first,
-    quart-trio cancels this generator and the ASGI wrapper records the abandon.
-    """
-    request_id = trace.request_id
-    stats = state.stats
-    if faults.stream_error_first:
-        trace.note_event(time.monotonic())
-        stats.finish(trace, "error")
-        yield error_event("overloaded_error", "Overloaded", request_id)
-        return
-    error_after = faults.stream_error_after
-    message_delta_at = len(events) - 2
-    pending: list[bytes] = []
-    first_token_pending = False
-    k = 0
-
-    def flush() -> bytes:
-        nonlocal first_token_pending
-        now = time.monotonic()
-        trace.note_event(now)
-        if first_token_pending:
-            trace.first_token_at = now
-            first_token_pending = False
-        data = b"".join(pending)
-        pending.clear()
-        return data
-
-    for i, event in enumerate(events):
-        if error_after is not None and (
-            i == message_delta_at or (event.token and k >= error_after)
-        ):
-            pending.append(error_event("overloaded_error", "Overloaded", request_id))
-            data = flush()
-            stats.finish(trace, "error")
-            yield data
-            return
-        if event.token:
-            deadline = base + offsets[k]
-            if deadline > trio.current_time():
-                if pending:
-                    yield flush()
-                await trio.sleep_until(deadline)
-            if k == 0:
-                first_token_pending = True
-            k += 1
-        pending.append(event.data)
-    data = flush()
-    stats.finish(trace, "completed")
-    yield data
 
 
 def _json_response(payload: object, status: int = 200) -> Response:

@@ -41,7 +41,9 @@ class Faults:
       tokens: reply length in tokens (text replies).
       hang: never answer; the request ends only when the client goes away.
       stream_error_after: in a stream, send an ``overloaded_error`` event after this many
-        content deltas (or after the last one, if the reply is shorter) and stop.
+        content deltas, in place of the next content event (with 0: right after
+        ``message_start``, before any block), or in place of ``message_delta`` if the reply
+        is shorter, and stop.
       stream_error_first: in a stream, send the error event first, before ``message_start``.
     """
 

@@ -173,7 +173,8 @@ def build_reply(
     elif isinstance(fmt, dict):
         blocks.append(Block("text", _chunks(json.dumps(example_value(fmt["schema"])))))
     elif results is not None:
-        header = f"Simulated reply using {len(results)} tool result(s): '{_first_words(results)}':"
+        count, texts = results
+        header = f"Simulated reply using {count} tool result(s): '{_first_words(texts)}':"
         blocks.append(Block("text", _words(header, reply_tokens, rng)))
     else:
         blocks.append(Block("text", _words(f"Simulated reply to '{echo}':", reply_tokens, rng)))
@@ -291,9 +292,10 @@ def _ends_with_user(body: Mapping[str, Any]) -> bool:
     return bool(roles) and roles[-1] == "user"
 
 
-def _tool_results(body: Mapping[str, Any]) -> list[str] | None:
-    """Texts of the ``tool_result`` blocks of the trailing user turn; None when it has none."""
-    found = False
+def _tool_results(body: Mapping[str, Any]) -> tuple[int, list[str]] | None:
+    """How many ``tool_result`` blocks the trailing user turn holds, and their texts;
+    None when it holds none."""
+    count = 0
     texts: list[str] = []
     for message in reversed(body["messages"]):
         if message["role"] == "system":
@@ -306,13 +308,13 @@ def _tool_results(body: Mapping[str, Any]) -> list[str] | None:
         for block in content:
             if block["type"] != "tool_result":
                 continue
-            found = True
+            count += 1
             inner = block.get("content")
             if isinstance(inner, str):
                 texts.append(inner)
             elif isinstance(inner, list):
                 texts.extend(b["text"] for b in inner if b.get("type") == "text")
-    return texts if found else None
+    return (count, texts) if count else None
 
 
 def _tool_blocks(

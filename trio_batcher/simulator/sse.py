@@ -23,10 +23,12 @@ _dumps: Final = json.dumps
 @final
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One SSE event, encoded; ``token`` marks a content delta."""
+    """One SSE event, encoded; ``token`` marks a content delta, ``opens_block`` a
+    ``content_block_start``."""
 
     data: bytes
     token: bool = False
+    opens_block: bool = False
 
 
 def sse(name: str, data: str) -> bytes:
@@ -108,7 +110,7 @@ def _block_events(index: int, block: Block) -> list[Event]:
         first = {"type": "text", "text": ""}
         kind, field = "text_delta", "text"
     start = {"type": "content_block_start", "index": index, "content_block": first}
-    events = [Event(sse("content_block_start", _dumps(start)))]
+    events = [Event(sse("content_block_start", _dumps(start)), opens_block=True)]
     prefix = (
         f'{{"type": "content_block_delta", "index": {index}, '
         f'"delta": {{"type": "{kind}", "{field}": '

@@ -1,0 +1,252 @@
+"""The benchmark harness: its arithmetic as data, its drivers over loopback, and a tiny real run.
+
+The end-to-end test starts the simulator and the proxy as separate processes through
+``python -m trio_batcher.bench`` and checks the report: every client count reconciled with
+the proxy's /metrics, and the JSON shape the pages read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trio_batcher.bench import processes
+from trio_batcher.bench.load import Target, _Content, open_loop
+from trio_batcher.bench.results import SCHEMA, Counts
+from trio_batcher.bench.scenarios import _steps
+from trio_batcher.bench.stats import parse_server_timing, reconcile, summary_ms
+from trio_batcher.bench.wire import Pool, encode_request
+
+# -- arithmetic ------------------------------------------------------------------------------
+
+
+def _counts(ok: int = 0, shed: int = 0, error: int = 0, aborted: int = 0) -> Counts:
+    sent = ok + shed + error + aborted
+    return Counts(sent, sent, ok, shed, error, aborted, 0, 0, {})
+
+
+def _metrics(
+    total: int, success: int, error: int, stream: int = 0, rejected: int = 0, s499: int = 0
+) -> dict[str, Any]:
+    return {
+        "requests": {
+            "total": total,
+            "success": success,
+            "error": error,
+            "stream": stream,
+            "by_status": {"499": s499} if s499 else {},
+        },
+        "rejected": {"total": rejected},
+    }
+
+
+def test_reconcile_passes_when_clients_and_proxy_agree() -> None:
+    before = _metrics(10, 10, 0)
+    after = _metrics(10 + 7, 10 + 5, 2, rejected=3)
+    checks = reconcile("p", _counts(ok=5, error=2, shed=3), before, after, stream=False)
+    assert [c.ok for c in checks] == [True] * 5
+
+
+def test_reconcile_flags_a_request_the_proxy_did_not_count() -> None:
+    checks = reconcile("p", _counts(ok=5), _metrics(0, 0, 0), _metrics(4, 4, 0), stream=False)
+    failed = {c.name: (c.expected, c.actual) for c in checks if not c.ok}
+    assert failed == {
+        "p: clients vs proxy requests.total": (5, 4),
+        "p: clients vs proxy requests.success": (5, 4),
+    }
+
+
+def test_reconcile_matches_clients_that_left_to_499_errors() -> None:
+    after = _metrics(6, 0, 6, stream=6, s499=5)
+    checks = reconcile("p", _counts(aborted=6), _metrics(0, 0, 0), after, stream=True)
+    failed = {c.name: (c.expected, c.actual) for c in checks if not c.ok}
+    assert failed == {'p: clients vs proxy requests.by_status["499"]': (6, 5)}
+
+
+def test_summary_uses_nearest_rank_percentiles_in_ms() -> None:
+    summary = summary_ms([i / 1000 for i in range(1, 101)])  # 1..100 ms
+    assert (summary.count, summary.p50, summary.p95, summary.p99, summary.max) == (
+        100,
+        51.0,
+        95.0,
+        99.0,
+        100.0,
+    )
+    assert summary_ms([]).p50 is None
+
+
+def test_server_timing_header_parsed_to_ms() -> None:
+    header = b"queue;dur=0.754, upstream;dur=67.882, overhead;dur=0.239, total;dur=68.875"
+    assert parse_server_timing(header) == {
+        "queue": 0.754,
+        "upstream": 67.882,
+        "overhead": 0.239,
+        "total": 68.875,
+    }
+
+
+def test_content_events_are_counted_across_piece_boundaries() -> None:
+    anthropic = _Content("anthropic")
+    stream = (
+        b"event: message_start\ndata: {}\n\nevent: content_block_delta\ndata: {}\n\n"
+        b"event: content_block_delta\ndata: {}\n\nevent: message_stop\ndata: {}\n\n"
+    )
+    found = [anthropic.feed(stream[i : i + 7]) for i in range(0, len(stream), 7)]
+    assert sum(found) == 2
+
+    openai = _Content("openai")
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    assert openai.feed(role + text[:20]) == 0
+    assert openai.feed(text[20:] + b"data: [DONE]\n\n") == 1
+
+
+def test_in_flight_steps_from_call_intervals() -> None:
+    assert _steps([(0.0, 10.0), (5.0, 10.0), (10.0, 12.0)]) == [
+        [0.0, 1],
+        [5.0, 2],
+        [10.0, 1],
+        [12.0, 0],
+    ]
+
+
+# -- drivers over loopback ---------------------------------------------------------------------
+
+
+async def _slow_http(delay: float, stream: trio.SocketStream) -> None:
+    """A minimal keep-alive HTTP/1.1 server answering every request after ``delay``."""
+    buf = b""
+    try:
+        while True:
+            while b"\r\n\r\n" not in buf:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buf += data
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(buf) < length:
+                buf += await stream.receive_some(65536)
+            buf = buf[length:]
+            await trio.sleep(delay)
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    except trio.BrokenResourceError:
+        return
+
+
+async def test_open_loop_counts_arrivals_beyond_its_concurrency_bound_and_times_from_intent() -> (
+    None
+):
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, partial(_slow_http, 0.2), 0))
+        port = listeners[0].socket.getsockname()[1]
+        request = encode_request("POST", "127.0.0.1", port, "/", [], b"{}")
+        target = Target("simulator", "anthropic", "127.0.0.1", port, False, request)
+        pool = Pool("127.0.0.1", port)
+        run = await open_loop(pool, target, rate=100.0, count=10, max_in_flight=3)
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+    # Arrivals every 10 ms, each answered after 200 ms: only the first three fit the bound.
+    assert (run.offered, len(run.outcomes), run.unsent_bound, run.unsent_late) == (10, 3, 7, 0)
+    assert all(o.kind == "ok" and o.latency >= 0.2 for o in run.outcomes)
+    assert all(o.latency == o.done - o.intended for o in run.outcomes)
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); trio reaps it in Process.wait, so it would be gone.
+    return True
+
+
+async def test_servers_are_stopped_with_sigterm_even_when_the_block_fails(tmp_path: Path) -> None:
+    pids: list[int] = []
+    with pytest.raises(RuntimeError, match="scenario broke"):
+        async with processes.running_stack([], {"p": {}}, tmp_path) as stack:
+            pids = [stack.sim.pid, stack.proxies["p"].pid]
+            assert (await stack.proxies["p"].metrics())["requests"]["total"] == 0
+            raise RuntimeError("scenario broke")
+    assert pids and not any(_alive(pid) for pid in pids)
+    for log in ("simulator.log", "proxy-p.log"):
+        assert "SIGTERM received" in (tmp_path / log).read_text()
+
+
+async def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    with pytest.raises(processes.ServerError, match="--ttft-ms must be >= 0"):
+        async with processes.running_stack(["--ttft-ms", "-1"], {}, tmp_path):
+            pytest.fail("the simulator should not have started")
+
+
+# -- a tiny real run ---------------------------------------------------------------------------
+
+
+def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    visuals = tmp_path / "visuals" / "results.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trio_batcher.bench",
+            "--scenario",
+            "overhead,disconnect",
+            "--quick",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+            "--concurrency",
+            "4",
+            "--out",
+            str(out),
+            "--visuals-json",
+            str(visuals),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert json.loads(visuals.read_text()) == report
+    assert report["schema"] == SCHEMA and report["ok"] is True
+    assert list(report["scenarios"]) == ["overhead", "disconnect"]
+
+    overhead = report["scenarios"]["overhead"]
+    assert [p["name"] for p in overhead["phases"]] == ["direct", "proxy"]
+    proxy = overhead["phases"][1]
+    assert proxy["counts"]["ok"] > 0 and proxy["counts"]["ok"] == proxy["counts"]["sent"]
+    assert proxy["cpu"]["proxy_ms_per_request"] > 0
+    assert set(proxy["latency_ms"]) == {"count", "mean", "p50", "p95", "p99", "max"}
+    reconciled = [c for c in overhead["checks"] if "clients vs proxy" in c["name"]]
+    assert len(reconciled) == 5 and all(c["ok"] for c in reconciled)
+    assert {t["name"] for t in overhead["targets"]} >= {"proxy CPU per request"}
+
+    disconnect = report["scenarios"]["disconnect"]
+    summary = disconnect["summary"]["mid-stream-proxy"]
+    assert summary["aborted"] == summary["upstream_abandoned"] == 20
+    assert all(c["ok"] for c in disconnect["checks"])
+    assert any('by_status["499"]' in c["name"] for c in disconnect["checks"])
+
+    markdown = out.with_suffix(".md").read_text()
+    assert "## overhead" in markdown and "## disconnect" in markdown
+    assert "disconnect" in done.stderr  # the plain progress lines

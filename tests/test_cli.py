@@ -1,0 +1,124 @@
+"""The command line as users run it: real processes, real ports, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx2
+
+from trio_batcher.settings import SPECS
+
+HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello"}]}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
+    env.update(extra)
+    return env
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} did not become healthy")
+
+
+@contextmanager
+def _process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_serve_simulate_answers_and_stops_gracefully_on_sigterm() -> None:
+    port = _free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "trio_batcher",
+        "serve",
+        "--simulate",
+        "--port",
+        str(port),
+        "--sim-ttft-ms",
+        "0",
+        "--sim-tokens-per-s",
+        "0",
+    ]
+    with _process(args, _clean_env()) as proc:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc)
+        reply = httpx2.post(f"{url}/v1/chat/completions", json=HELLO, timeout=10)
+        assert reply.status_code == 200 and reply.json()["object"] == "chat.completion"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr
+        assert "SIGTERM received" in stderr
+        assert "Traceback" not in stderr
+
+
+def test_app_runs_under_the_hypercorn_command_line_configured_from_the_environment() -> None:
+    sim_port, port = _free_port(), _free_port()
+    sim_args = [sys.executable, "-m", "trio_batcher", "simulate", "--port", str(sim_port)]
+    hypercorn = [
+        sys.executable,
+        "-m",
+        "hypercorn",
+        "--worker-class",
+        "trio",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--graceful-timeout",
+        "5",
+        "trio_batcher.asgi:app",
+    ]
+    env = _clean_env(
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{sim_port}",
+        ANTHROPIC_API_KEY="sk-ant-test",
+        METRICS_ENABLED="1",
+    )
+    with _process(sim_args, _clean_env()) as sim, _process(hypercorn, env) as proc:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx2.get(f"http://127.0.0.1:{sim_port}/_sim/stats", timeout=1)
+                break
+            except httpx2.TransportError:
+                assert sim.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc)
+        reply = httpx2.post(f"{url}/v1/chat/completions", json=HELLO, timeout=10)
+        assert reply.status_code == 200, reply.text
+        assert httpx2.get(f"{url}/metrics", timeout=5).json()["requests"]["success"] == 1
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        sim.send_signal(signal.SIGINT)
+        sim.communicate(timeout=30)
+        assert sim.returncode == 0

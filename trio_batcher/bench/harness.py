@@ -1,0 +1,237 @@
+"""The machinery every scenario shares: options, request targets, and measuring a phase.
+
+``Bench.measure`` is the one way a scenario runs load: reset the simulator (so its peak
+in-flight gauge covers this phase alone), snapshot the simulator's and the proxy's
+counters, run the driver while the CPU meter runs, wait until both servers are idle (so
+every request the clients finished is recorded server-side), snapshot again, and turn the
+difference into a ``PhaseResult`` plus the checks that reconcile the clients' view with the
+servers' (``stats.reconcile``). Warm-up traffic runs before the first snapshot, so it is
+never counted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, final
+
+import trio
+
+from .cpu import CpuMeter
+from .load import Run, Tally, Target, closed_loop
+from .processes import SIM_KEY, ProxyServer, ServerError, Stack
+from .progress import Display
+from .results import Check, PhaseResult, ScenarioResult, TargetResult
+from .stats import phase_result, reconcile, upstream_delta
+from .wire import Pool
+
+__all__ = ["MODEL", "Bench", "Options", "Phase", "target_for"]
+
+MODEL: Final = "claude-sonnet-4-5"
+PROMPT: Final = "Benchmark request: reply with a few words."
+_IDLE_TIMEOUT_S: Final = 10.0
+
+
+@final
+@dataclass(frozen=True)
+class Options:
+    """How long and how hard to run. ``None`` means the mode's default."""
+
+    quick: bool = False
+    duration: float | None = None
+    concurrency: int | None = None
+    warmup: float | None = None
+    log_dir: Path = Path("bench-results/logs")
+
+    @property
+    def phase_s(self) -> float:
+        """Seconds of a measured closed-loop phase."""
+        return self.duration if self.duration is not None else (4.0 if self.quick else 15.0)
+
+    @property
+    def step_s(self) -> float:
+        """Seconds of one open-loop step."""
+        return self.duration if self.duration is not None else (3.0 if self.quick else 8.0)
+
+    @property
+    def warmup_s(self) -> float:
+        return self.warmup if self.warmup is not None else (1.0 if self.quick else 3.0)
+
+
+def target_for(
+    via: Literal["simulator", "proxy"],
+    url: str,
+    *,
+    stream: bool = False,
+    text: str = PROMPT,
+    max_tokens: int = 64,
+) -> Target:
+    """The same question asked directly (Anthropic Messages) or through the proxy (OpenAI)."""
+    messages = [{"role": "user", "content": text}]
+    if via == "simulator":
+        body: dict[str, object] = {"model": MODEL, "max_tokens": max_tokens, "messages": messages}
+        headers = [
+            ("content-type", "application/json"),
+            ("x-api-key", SIM_KEY),
+            ("anthropic-version", "2023-06-01"),
+        ]
+        path = "/v1/messages"
+    else:
+        body = {"model": MODEL, "max_completion_tokens": max_tokens, "messages": messages}
+        headers = [("content-type", "application/json")]
+        path = "/v1/chat/completions"
+    if stream:
+        body["stream"] = True
+    return Target.build(via, url, path, headers, body)
+
+
+Driver = Callable[[Tally], Awaitable[Run]]
+
+
+@final
+@dataclass
+class Phase:
+    """A measured phase and the raw data behind it (for scenario-specific analysis)."""
+
+    result: PhaseResult
+    run: Run
+    sim_after: dict[str, Any]
+    metrics_before: dict[str, Any] | None
+    metrics_after: dict[str, Any] | None
+
+
+@final
+class Bench:
+    """Runs scenarios' phases against a ``Stack``, collecting results into a scenario."""
+
+    def __init__(self, options: Options, display: Display) -> None:
+        self.options = options
+        self.display = display
+
+    async def warmup(self, pool: Pool, target: Target, workers: int, seconds: float) -> None:
+        """Open the connections and run a short closed loop nobody counts."""
+        await pool.prefill(workers)
+        if seconds > 0:
+            await closed_loop(pool, target, workers=workers, duration=seconds)
+
+    async def sim_idle(self, stack: Stack, recent: int = 0) -> dict[str, Any]:
+        """The simulator's stats once nothing is in flight there (aborts have landed)."""
+        with trio.move_on_after(_IDLE_TIMEOUT_S):
+            while True:
+                stats = await stack.sim.stats(recent)
+                if stats["in_flight"] == 0:
+                    return stats
+                await trio.sleep(0.02)
+        raise ServerError(f"simulator still busy {_IDLE_TIMEOUT_S:g} s after the load stopped")
+
+    async def measure(
+        self,
+        scenario: ScenarioResult,
+        stack: Stack,
+        name: str,
+        driver: Driver,
+        *,
+        target: Target,
+        proxy: str | None = None,
+        label: str = "",
+        seconds: float | None = None,
+        recent: int = 0,
+        bucket: float = 1.0,
+        concurrent: Callable[[], Awaitable[None]] | None = None,
+    ) -> Phase:
+        """Run one phase and append its result and reconciliation checks to ``scenario``.
+
+        Args:
+          driver: runs the load, counting into the given ``Tally``.
+          proxy: name of the stack's proxy the load goes through (None: direct).
+          recent: simulator traces to fetch with the final stats.
+          concurrent: a task run alongside the driver (e.g. a poller), cancelled when the
+            driver returns.
+        """
+        server: ProxyServer | None = stack.proxies[proxy] if proxy is not None else None
+        if server is not None:
+            await server.wait_idle()
+        await self.sim_idle(stack)
+        await stack.sim.reset()
+        sim_before = await stack.sim.stats()
+        metrics_before = await server.metrics() if server is not None else None
+        pids = {"simulator": stack.sim.pid, "client": os.getpid()}
+        if server is not None:
+            pids["proxy"] = server.pid
+        meter = CpuMeter(pids)
+        tally = Tally()
+        holder: list[Run] = []
+
+        async def drive(cancel: trio.CancelScope) -> None:
+            holder.append(await driver(tally))
+            cancel.cancel()
+
+        async with self.display.phase(label or name, seconds, tally):
+            meter.start()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drive, nursery.cancel_scope)
+                if concurrent is not None:
+                    nursery.start_soon(concurrent)
+            usage = meter.stop()
+        run = holder[0]
+        metrics_after = await server.wait_idle() if server is not None else None
+        sim_after = await self.sim_idle(stack, recent)
+        result = phase_result(
+            name,
+            run,
+            via=target.via,
+            proxy=proxy,
+            stream=target.stream,
+            upstream=upstream_delta(sim_before, sim_after),
+            cpu=usage,
+            bucket=bucket,
+        )
+        scenario.phases.append(result)
+        counts = result.counts
+        if metrics_before is not None and metrics_after is not None:
+            scenario.checks += reconcile(
+                name, counts, metrics_before, metrics_after, stream=target.stream
+            )
+            took_on = int(metrics_after["requests"]["total"]) - int(
+                metrics_before["requests"]["total"]
+            )
+            scenario.checks.append(
+                Check(
+                    f"{name}: every request the proxy took on reached the upstream once",
+                    result.upstream.requests == took_on,
+                    took_on,
+                    result.upstream.requests,
+                    "proxy requests.total delta (expected) vs simulator requests (actual)",
+                )
+            )
+        else:
+            scenario.checks.append(
+                Check(
+                    f"{name}: every request sent reached the simulator once",
+                    result.upstream.requests == counts.sent,
+                    counts.sent,
+                    result.upstream.requests,
+                    "client requests sent (expected) vs simulator requests (actual)",
+                )
+            )
+        return Phase(result, run, sim_after, metrics_before, metrics_after)
+
+
+def monotonic_offset() -> float:
+    """``time.monotonic() - trio.current_time()``: maps trio times onto the system clock."""
+    return time.monotonic() - trio.current_time()
+
+
+def target_result(
+    name: str, target: str, actual: float | None, unit: str, ok: Callable[[float], bool]
+) -> TargetResult:
+    return TargetResult(
+        name=name,
+        target=target,
+        actual=None if actual is None else round(actual, 3),
+        unit=unit,
+        met=None if actual is None else ok(actual),
+    )
