@@ -334,7 +334,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     async def metrics_prometheus() -> Response:
         rt = _metrics_runtime()
         assert rt.prometheus is not None
-        body, content_type = rt.prometheus.render()
+        body, content_type = rt.prometheus.render(request.headers.get("Accept"))
         return Response(body, status=200, content_type=content_type)
 
     return app

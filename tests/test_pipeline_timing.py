@@ -1,0 +1,133 @@
+"""The request pipeline's timing split under a virtual clock, with an in-memory upstream.
+
+No sockets: ``ChatPipeline`` runs against a fake upstream whose calls take exactly one
+virtual second, so queue waits and totals can be asserted with ``==``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from trio_batcher.batching import Batcher
+from trio_batcher.chat import ChatPipeline, JSONReply
+from trio_batcher.dispatch import DirectDispatcher, Dispatcher
+from trio_batcher.gate import AdmissionGate
+from trio_batcher.metrics import MetricsRegistry
+from trio_batcher.pricing import load_pricing
+from trio_batcher.settings import Settings
+from trio_batcher.upstream import UpstreamReply
+
+MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "hi"}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 10, "output_tokens": 5},
+}
+BODY = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hello"}]}
+
+
+class OneSecondUpstream:
+    """Answers every call after exactly 1 s of virtual time, first byte at 0.25 s."""
+
+    async def create_message(
+        self, body: Mapping[str, Any], *, extra_headers: Mapping[str, str] | None = None
+    ) -> UpstreamReply:
+        started = trio.current_time()
+        await trio.sleep(0.25)
+        first_byte = trio.current_time()
+        await trio.sleep(0.75)
+        return UpstreamReply(
+            dict(MESSAGE), {"request-id": "req_1"}, started, first_byte, trio.current_time()
+        )
+
+
+@asynccontextmanager
+async def pipeline(
+    settings: Settings, dispatcher: Dispatcher
+) -> AsyncIterator[tuple[ChatPipeline, MetricsRegistry]]:
+    metrics = MetricsRegistry(window=100, pricing=load_pricing(None))
+    gate = AdmissionGate(settings.max_inflight, settings.max_queue, settings.acquire_timeout_s)
+    chat = ChatPipeline(
+        settings=settings,
+        upstream=OneSecondUpstream(),
+        dispatcher=dispatcher,
+        gate=gate,
+        metrics=metrics,  # type: ignore[arg-type]
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dispatcher.run)
+        yield chat, metrics
+        dispatcher.close()
+
+
+async def _fire(chat: ChatPipeline, count: int) -> list[JSONReply]:
+    replies: list[JSONReply] = []
+
+    async def one() -> None:
+        reply = await chat.handle(dict(BODY), trio.current_time())
+        assert isinstance(reply, JSONReply)
+        replies.append(reply)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(one)
+    return replies
+
+
+async def test_direct_path_adds_no_queue_wait(autojump_clock: trio.testing.MockClock) -> None:
+    async with pipeline(Settings(), DirectDispatcher()) as (chat, metrics):
+        replies = await _fire(chat, 3)
+        assert trio.current_time() == 1.0
+    assert {r.headers["Server-Timing"] for r in replies} == {
+        "queue;dur=0.0, upstream;dur=1000.0, ttfb;dur=250.0, overhead;dur=0.0, total;dur=1000.0"
+    }
+    timing = metrics.snapshot()["timing"]
+    assert timing["queue_ms"]["max"] == 0.0
+    assert timing["upstream_ms"]["p50"] == 1000.0
+    assert timing["upstream_ttfb_ms"]["p50"] == 250.0
+
+
+async def test_batching_queue_wait_is_exactly_the_window_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    settings = Settings(batch_enabled=True, batch_max_wait_ms=20, batch_max_size=100)
+    batcher = Batcher(max_size=100, max_wait=0.02, max_concurrency=16, window_timeout=600)
+    async with pipeline(settings, batcher) as (chat, metrics):
+        replies = await _fire(chat, 3)
+        assert trio.current_time() == 1.02
+    assert {r.headers["Server-Timing"] for r in replies} == {
+        "queue;dur=20.0, upstream;dur=1000.0, ttfb;dur=250.0, overhead;dur=0.0, total;dur=1020.0"
+    }
+    snapshot = metrics.snapshot()
+    assert snapshot["timing"]["queue_ms"]["p50"] == 20.0
+    assert (
+        snapshot["latency"]["p50_ms"] == 1020.0
+    )  # the window wait is part of what the caller paid
+
+
+async def test_queue_wait_includes_the_limiter_and_the_gate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # cap 2 with 1 s calls: six requests start at 0, 0, 1, 1, 2, 2 after a 10 ms window.
+    settings = Settings(batch_enabled=True, batch_max_wait_ms=10, batch_max_size=100)
+    batcher = Batcher(max_size=100, max_wait=0.01, max_concurrency=2, window_timeout=600)
+    async with pipeline(settings, batcher) as (chat, metrics):
+        await _fire(chat, 6)
+    queue = metrics.snapshot()["timing"]["queue_ms"]
+    assert (queue["p50"], queue["max"], queue["sample_count"]) == (1010.0, 2010.0, 6)
+    # The gate: one slot, so the second request waits the first one's full second.
+    async with pipeline(Settings(max_inflight=1, max_queue=4), DirectDispatcher()) as (
+        chat,
+        metrics,
+    ):
+        await _fire(chat, 2)
+    queue = metrics.snapshot()["timing"]["queue_ms"]
+    assert (queue["p50"], queue["max"]) == (0.0, 1000.0)
