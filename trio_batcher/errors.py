@@ -43,6 +43,10 @@ class ProxyError(Exception):
       param: the request field at fault (``"messages[2].content"``), when there is one.
       code: a machine-readable code (``"queue_full"``, ``"model_not_found"``...).
       headers: extra response headers (``Retry-After``, ``x-request-id``...).
+      upstream_status: for an error the upstream answered, its own status (529, 500...),
+        which retry decisions need; ``None`` for errors of our own making.
+      retry_after: seconds the upstream asked us to wait (``retry-after-ms`` or
+        ``retry-after``), if it said.
     """
 
     def __init__(
@@ -54,8 +58,12 @@ class ProxyError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: Mapping[str, str] | None = None,
+        upstream_status: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
+        self.upstream_status = upstream_status
+        self.retry_after = retry_after
         self.status = status
         self.message = message
         self.type = type or _DEFAULT_TYPES.get(

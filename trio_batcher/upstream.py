@@ -14,7 +14,7 @@ cancelled read drops the socket, and a stream's ``aclose`` runs shielded.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -75,7 +75,7 @@ class UpstreamStream:
         self.started_at = started_at
         self.first_byte_at = first_byte_at
 
-    async def events(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    async def events(self) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         decoder = SSEDecoder()
         try:
             async for chunk in self._response.aiter_raw():

@@ -33,6 +33,8 @@ __all__ = ["MODEL", "Bench", "Options", "Phase", "target_for"]
 MODEL: Final = "claude-sonnet-4-5"
 PROMPT: Final = "Benchmark request: reply with a few words."
 _IDLE_TIMEOUT_S: Final = 10.0
+NOISY_OTHER_CORES: Final = 0.25
+SATURATED_CLIENT_CORES: Final = 0.9
 
 
 @final
@@ -190,6 +192,7 @@ class Bench:
             bucket=bucket,
         )
         scenario.phases.append(result)
+        scenario.notes += _noise_notes(result)
         counts = result.counts
         if metrics_before is not None and metrics_after is not None:
             scenario.checks += reconcile(
@@ -218,6 +221,23 @@ class Bench:
                 )
             )
         return Phase(result, run, sim_after, metrics_before, metrics_after)
+
+
+def _noise_notes(result: PhaseResult) -> list[str]:
+    """Say so when a phase's numbers are about the machine rather than the proxy."""
+    notes = []
+    cpu = result.cpu
+    if cpu.other_util is not None and cpu.other_util > NOISY_OTHER_CORES:
+        notes.append(
+            f"{result.name}: other processes used {cpu.other_util:.2f} cores during this phase; "
+            "its absolute numbers (and the CPU per request) are inflated by contention."
+        )
+    if cpu.client_util is not None and cpu.client_util > SATURATED_CLIENT_CORES:
+        notes.append(
+            f"{result.name}: the load generator used {cpu.client_util:.2f} cores; it may be "
+            "the bottleneck of this phase."
+        )
+    return notes
 
 
 def monotonic_offset() -> float:

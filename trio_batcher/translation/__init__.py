@@ -19,6 +19,7 @@ from .response import translate_usage as translate_usage
 from .stream import StreamTranslator as StreamTranslator
 from .stream import UpstreamStreamError as UpstreamStreamError
 from .upstream_errors import openai_error_body as openai_error_body
+from .upstream_errors import parse_retry_after as parse_retry_after
 from .upstream_errors import ratelimit_headers as ratelimit_headers
 from .upstream_errors import upstream_error as upstream_error
 
@@ -29,6 +30,7 @@ __all__ = [
     "UpstreamStreamError",
     "new_completion_id",
     "openai_error_body",
+    "parse_retry_after",
     "ratelimit_headers",
     "translate_request",
     "translate_response",

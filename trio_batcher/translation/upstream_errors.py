@@ -21,6 +21,7 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
 from ..errors import ProxyError, error_body
@@ -136,7 +137,36 @@ def upstream_error(
         type=kind if kind in _KNOWN_TYPES else None,
         code=kind,
         headers=out_headers,
+        upstream_status=status,
+        retry_after=parse_retry_after(upstream),
     )
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` (preferred) or ``retry-after`` (seconds or an
+    HTTP date); ``None`` when absent or unreadable. Header names must be lower case."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            value = float(raw_ms) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < float("inf"):
+            return value
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def ratelimit_headers(headers: Mapping[str, str], *, now: datetime | None = None) -> dict[str, str]:
