@@ -449,12 +449,15 @@ async def test_stream_helper_accumulates_the_same_parallel_tool_calls_as_non_str
         client = openai_client(url)
         whole = await client.chat.completions.create(**request)
         final = await _stream_helper(client, **request)
-        view = _message_view(whole)
-        assert [name for _, _, name, _ in view["tool_calls"]] == ["get_weather", "get_time"]
-        assert view["finish_reason"] == "tool_calls"
-        assert _message_view(final) == view
-        for call in final.choices[0].message.tool_calls:
-            assert call.function.parsed_arguments == json.loads(call.function.arguments)
+    view = _message_view(whole)
+    assert [name for _, _, name, _ in view["tool_calls"]] == ["get_weather", "get_time"]
+    assert view["finish_reason"] == "tool_calls"
+    assert (view["content"] is None) == (tool_choice == "required")
+    for call in final.choices[0].message.tool_calls:
+        assert call.function.parsed_arguments == json.loads(call.function.arguments)
+    # With "required" the reply is tool calls only: OpenAI streams `content: null` then,
+    # so the SDK accumulates None, exactly as the non-streamed message has.
+    assert _message_view(final) == view
 
 
 @SDK_STREAM_LEFTOVERS
@@ -531,9 +534,10 @@ async def test_stream_failing_before_any_content_is_an_http_error_status(
 ) -> None:
     async with proxy_and_simulator() as (url, _sim):
         with pytest.raises(error) as info:
-            await openai_client(url).chat.completions.create(
+            stream = await openai_client(url).chat.completions.create(
                 model=MODEL, messages=_user(f"Hello [[sim:{fault}]]"), stream=True
             )
+            await stream.close()  # reached only if the proxy wrongly answered 200
         assert info.value.status_code == status
         assert info.value.response.headers["content-type"].startswith("application/json")
 

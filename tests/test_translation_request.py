@@ -135,12 +135,13 @@ PARAMS = [
     ("null_means_unset", {"max_tokens": None, "temperature": None, "stop": None}, {}, ()),
     ("stop_string", {"stop": "END"}, {"stop_sequences": ["END"]}, ()),
     (
-        "stop_list_drops_empty_blank_duplicates",
+        "stop_list_drops_empty_blank_duplicates_and_names_the_blank_ones",
         {"stop": ["a", "", " \n", "a", "b"]},
         {"stop_sequences": ["a", "b"]},
-        (),
+        ("stop[1]", "stop[2]"),
     ),
-    ("stop_only_empty", {"stop": [""]}, {}, ()),
+    ("stop_only_empty", {"stop": [""]}, {}, ("stop[0]",)),
+    ("stop_newline_is_named_not_sent", {"stop": "\n"}, {}, ("stop[0]",)),
     (
         "stop_more_than_four_accepted",
         {"stop": ["1", "2", "3", "4", "5", "6"]},

@@ -17,10 +17,12 @@ import hmac
 import json
 import logging
 from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
 from typing import Any, Final, cast, final
 
 import trio
-from quart import Response, request
+from quart import Response, request, send_file
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -298,6 +300,19 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         response.timeout = None
         return response
 
+    @app.get("/visuals/<path:name>")
+    async def visuals(name: str) -> Response:
+        return await _visual_file(name)
+
+    @app.get("/visuals/")
+    async def visuals_index() -> Response:
+        return await _visual_file("index.html")
+
+    @app.get("/dashboard")
+    async def dashboard() -> Response:
+        _metrics_runtime()  # 404 unless metrics are on; the page polls /metrics
+        return await _visual_file("observability.html")
+
     def _metrics_allowed() -> bool:
         token = _bearer_token()
         if settings.metrics_token:
@@ -338,6 +353,31 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         return Response(body, status=200, content_type=content_type)
 
     return app
+
+
+def _visuals_root() -> Path | None:
+    """Where the pages are: packaged as ``trio_batcher.visuals``, or a source checkout's
+    top-level ``visuals/`` (editable installs)."""
+    try:
+        packaged = Path(str(resources.files("trio_batcher.visuals")))
+        if packaged.is_dir():
+            return packaged
+    except ModuleNotFoundError:
+        pass
+    checkout = Path(__file__).resolve().parent.parent / "visuals"
+    return checkout if checkout.is_dir() else None
+
+
+async def _visual_file(name: str) -> Response:
+    root = _visuals_root()
+    if root is None:
+        raise ProxyError(404, "The visuals are not installed.", code="not_found")
+    path = (root / name).resolve()
+    if not path.is_file() or not path.is_relative_to(root.resolve()):
+        raise ProxyError(404, f"No such page: /visuals/{name}.", code="not_found")
+    response = await send_file(path)
+    response.headers["Cache-Control"] = "no-cache"
+    return response
 
 
 async def _read_json() -> object:

@@ -244,7 +244,7 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     if system:
         body["system"] = system
 
-    stop = _stop(payload.get("stop"))
+    stop = _stop(payload.get("stop"), ignored)
     if stop:
         body["stop_sequences"] = stop
     user_id = _user_id(payload, ignored)
@@ -348,12 +348,13 @@ def _max_tokens(payload: Mapping[str, Any], ignored: _Ignored) -> int | None:
     return completion if completion is not None else legacy
 
 
-def _stop(value: object) -> list[str]:
+def _stop(value: object, ignored: _Ignored) -> list[str]:
     """``stop`` as ``stop_sequences``.
 
     Lenient on length: OpenAI caps the list at 4, Anthropic has no small cap, so any number
-    of strings is accepted. Empty and whitespace-only strings are dropped (Anthropic rejects
-    them, and an empty stop sequence would stop nowhere anyway); duplicates are sent once.
+    of strings is accepted. Empty and whitespace-only strings (``"\\n"`` is a common one) are
+    dropped, because Anthropic rejects them, and named as ``stop[i]`` in ``ignored_params``
+    so the client can see that the reply will not stop there; duplicates are sent once.
     """
     if value is None:
         return []
@@ -366,7 +367,9 @@ def _stop(value: object) -> list[str]:
             raise invalid_request(
                 "stop must be a string or an array of strings.", param=f"stop[{i}]"
             )
-        if item.strip() and item not in out:
+        if not item.strip():
+            ignored.add(f"stop[{i}]")
+        elif item not in out:
             out.append(item)
     return out
 
