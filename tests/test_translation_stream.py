@@ -460,8 +460,10 @@ def accumulate(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                         _merge(entries[fragment["index"]], fragment)
                 elif key == "role":
                     message["role"] = value
+                elif value is None:
+                    message.setdefault(key, None)  # OpenAI: a null delta field adds nothing
                 else:
-                    message[key] = message.get(key, "") + value
+                    message[key] = (message.get(key) or "") + value
     return {"message": message, "finish_reason": finish, "usage": usage}
 
 

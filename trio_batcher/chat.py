@@ -147,7 +147,9 @@ class ChatPipeline:
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
             waited = trio.current_time() - arrived
-            self._record_error(model, CLIENT_CLOSED, Timing(total=waited, queue=waited), stream=False)
+            self._record_error(
+                model, CLIENT_CLOSED, Timing(total=waited, queue=waited), stream=False
+            )
             raise
         except Shed as shed:
             if self._metrics is not None:

@@ -5,8 +5,10 @@ chunks to send now; ``finish`` is called once after the upstream stream ended cl
 I/O, no clock: the caller owns both. The state is what OpenAI's chunk format needs and
 Anthropic's events do not carry:
 
-- ``_role_sent``: the first chunk carries ``delta: {"role": "assistant", "content": ""}``,
-  exactly once (on ``message_start``, or before the first content if that never came).
+- ``_role_sent``: the first chunk carries ``role: "assistant"``, exactly once, with the
+  first content block -- as OpenAI does: ``content: ""`` before text or reasoning,
+  ``content: null`` before a tool call, so a reply that is only tool calls reassembles to
+  ``content: null`` exactly like the non-streamed one. ``message_start`` emits nothing.
 - ``_blocks``: Anthropic block index → what that block is. Tool calls are numbered per reply
   (0, 1, 2…) because OpenAI's ``tool_calls[].index`` counts tool calls, not blocks; thinking
   blocks likewise get their own numbering in ``thinking_blocks``.
@@ -143,7 +145,7 @@ class StreamTranslator:
             message = data.get("message")
             usage = message.get("usage") if isinstance(message, Mapping) else None
             self._merge_usage(usage)
-            return self._role_chunk()
+            return []
         if kind == "content_block_start":
             return self._block_start(data)
         if kind == "content_block_delta":
@@ -183,7 +185,7 @@ class StreamTranslator:
         if not isinstance(index, int) or not isinstance(block, Mapping):
             return []
         kind = block.get("type")
-        chunks = self._role_chunk()
+        chunks = self._role_chunk(None if kind == "tool_use" else "")
         if kind == "text":
             self._blocks[index] = _Block("text")
             text = block.get("text")
@@ -297,11 +299,11 @@ class StreamTranslator:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return {**self._envelope(), "choices": [choice]}
 
-    def _role_chunk(self) -> list[dict[str, Any]]:
+    def _role_chunk(self, content: str | None = "") -> list[dict[str, Any]]:
         if self._role_sent:
             return []
         self._role_sent = True
-        return [self._chunk({"role": "assistant", "content": ""})]
+        return [self._chunk({"role": "assistant", "content": content})]
 
     def _finish_chunk(self) -> list[dict[str, Any]]:
         if self._finished:

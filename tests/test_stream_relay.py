@@ -1,0 +1,118 @@
+"""The stream relay adds no buffering, measured on the wall clock over loopback.
+
+The simulator stamps, with ``time.monotonic()``, the moment it hands each stream chunk to its
+server (``/_sim/stats`` → ``recent[i]["event_times"]``, ``first_token_at``,
+``finished_at``); the client stamps, on the same clock, the moment each content chunk
+reaches it. Simulator, proxy and client share one trio run, so the difference is the
+proxy's relay delay plus two loopback hops. The simulator is slow on purpose (200 ms to the
+first token, then one token every 50 ms), so any batching or whole-stream buffering in the
+proxy would show as tens of milliseconds. The client is raw httpx2, not the SDK, to keep
+client-side overhead out of the measurement; medians over a few runs absorb scheduler noise.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+import warnings
+from typing import Any
+
+import httpx2
+import trio
+from support import proxy_and_simulator
+
+from trio_batcher.simulator import SimulatorConfig
+
+MODEL = "claude-sonnet-4-5"
+TOKENS = 10
+SLOW = SimulatorConfig(ttft_ms=200, tokens_per_s=20, reply_tokens=TOKENS)
+RUNS = 5
+MAX_RELAY_DELAY = 0.005
+# A long reply sent in one write: the pump fills its bounded channel and parks in a send.
+FAST_LONG = SimulatorConfig(reply_tokens=400)
+
+
+def _content(line: str) -> str | None:
+    """The ``delta.content`` of a chunk line, if it carries non-empty content."""
+    if not line.startswith("data: {"):
+        return None
+    chunk = json.loads(line.removeprefix("data: "))
+    choices = chunk.get("choices") or []
+    content = choices[0]["delta"].get("content") if choices else None
+    return content or None
+
+
+async def _stream_arrivals(http: httpx2.AsyncClient, url: str, text: str) -> list[float]:
+    """Arrival time (``time.monotonic()``) of every content chunk of one streamed reply."""
+    body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": text}]}
+    arrivals: list[float] = []
+    done = False
+    async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if _content(line) is not None:
+                arrivals.append(time.monotonic())
+            done = done or line == "data: [DONE]"
+    assert done
+    return arrivals
+
+
+async def test_relay_forwards_every_token_within_5_ms_of_the_upstream_sending_it() -> None:
+    first_lags: list[float] = []
+    token_lags: list[float] = []
+    async with proxy_and_simulator(SLOW) as (url, sim), httpx2.AsyncClient() as http:
+        for run in range(RUNS):
+            arrivals = await _stream_arrivals(http, url, f"Relay timing run {run}")
+            trace: dict[str, Any] = (await sim.stats())["recent"][-1]
+            assert len(arrivals) == TOKENS
+            # The simulator flushes the message prelude, then each token on its own (they
+            # are 50 ms apart); the last token leaves together with the closing events.
+            sent = trace["event_times"][1:]
+            assert len(sent) == TOKENS
+            assert sent[0] == trace["first_token_at"]
+            # Not buffered as a whole: the first token arrives ~450 ms before the upstream
+            # has even sent the last one.
+            assert arrivals[0] < trace["finished_at"] - 0.3
+            first_lags.append(arrivals[0] - trace["first_token_at"])
+            token_lags += [got - out for got, out in zip(arrivals, sent, strict=True)]
+    assert min(token_lags) >= 0  # one clock: nothing arrives before it was sent
+    assert statistics.median(first_lags) < MAX_RELAY_DELAY, first_lags
+    assert statistics.median(token_lags) < MAX_RELAY_DELAY, token_lags
+
+
+async def test_abandoned_stream_leaves_no_unclosed_async_generator_behind() -> None:
+    # A client that hangs up mid-stream makes the proxy stop its upstream read while the
+    # pump is parked in a send or a yield. Every async generator on that path must be
+    # closed explicitly: under trio, one left suspended is reported (ResourceWarning) when
+    # it is collected. The client is a bare socket, so it owns no generator of its own.
+    body = json.dumps(
+        {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "Leave early"}]}
+    ).encode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with proxy_and_simulator(FAST_LONG) as (url, sim):
+            host, port = url.removeprefix("http://").split(":")
+            for _ in range(3):
+                stream = await trio.open_tcp_stream(host, int(port))
+                async with stream:
+                    await stream.send_all(
+                        b"POST /v1/chat/completions HTTP/1.1\r\nhost: %s\r\n"
+                        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                        % (url.encode(), len(body), body)
+                    )
+                    received = b""
+                    while b'"content":"Simulated' not in received:
+                        received += await stream.receive_some()
+            with trio.fail_after(5):
+                while (stats := await sim.stats())["in_flight"] or stats["abandoned"] < 3:
+                    await trio.sleep(0.01)
+            await trio.sleep(0.05)  # let the proxy's pumps finish unwinding
+            gc.collect()
+    leaked = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, ResourceWarning) and "Async generator" in str(w.message)
+    ]
+    assert leaked == []
