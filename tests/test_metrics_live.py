@@ -7,7 +7,6 @@ from typing import Any
 import httpx2
 import trio
 from prometheus_client.parser import text_string_to_metric_families
-
 from support import proxy_and_simulator
 
 
