@@ -190,7 +190,10 @@ async def test_upstream_that_never_answers_is_504_and_is_abandoned_upstream() ->
 async def test_upstream_errors_keep_their_meaning(
     fault: str, status: int, sdk_error: type[openai.APIStatusError]
 ) -> None:
-    async with proxy_and_simulator() as (url, _sim):
+    async with proxy_and_simulator(upstream_max_retries=0, upstream_coordinated_backoff=False) as (
+        url,
+        _sim,
+    ):
         body = {**HELLO, "messages": [{"role": "user", "content": f"fail please [[sim:{fault}]]"}]}
         async with httpx2.AsyncClient() as http:
             response = await http.post(f"{url}/v1/chat/completions", json=body)

@@ -232,13 +232,13 @@ def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Pa
     assert list(report["scenarios"]) == ["overhead", "disconnect"]
 
     overhead = report["scenarios"]["overhead"]
-    assert [p["name"] for p in overhead["phases"]] == ["direct", "proxy"]
+    assert [p["name"] for p in overhead["phases"]] == ["direct", "proxy", "direct-5", "proxy-5"]
     proxy = overhead["phases"][1]
     assert proxy["counts"]["ok"] > 0 and proxy["counts"]["ok"] == proxy["counts"]["sent"]
     assert proxy["cpu"]["proxy_ms_per_request"] > 0
     assert set(proxy["latency_ms"]) == {"count", "mean", "p50", "p95", "p99", "max"}
     reconciled = [c for c in overhead["checks"] if "clients vs proxy" in c["name"]]
-    assert len(reconciled) == 5 and all(c["ok"] for c in reconciled)
+    assert len(reconciled) == 10 and all(c["ok"] for c in reconciled)
     assert {t["name"] for t in overhead["targets"]} >= {"proxy CPU per request"}
 
     disconnect = report["scenarios"]["disconnect"]

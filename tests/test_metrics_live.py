@@ -38,7 +38,13 @@ def _sum(
 
 async def test_counts_equal_successes_errors_and_shed_and_prometheus_agrees() -> None:
     n_ok, n_err, n_shed = 5, 3, 4
-    changes = {"metrics_enabled": True, "max_inflight": 1, "max_queue": 0}
+    changes = {
+        "metrics_enabled": True,
+        "max_inflight": 1,
+        "max_queue": 0,
+        "upstream_max_retries": 0,
+        "upstream_coordinated_backoff": False,
+    }
     async with (
         proxy_and_simulator(**changes) as (url, _sim),
         httpx2.AsyncClient(timeout=30) as http,

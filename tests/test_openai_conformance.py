@@ -16,9 +16,14 @@ import struct
 import zlib
 from typing import Any
 
+import httpx2
 import openai
 import pytest
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessageFunctionToolCall,
+)
 from support import openai_client, proxy_and_simulator
 
 MODEL = "claude-sonnet-4-5"
@@ -205,7 +210,7 @@ async def test_tool_call_reply_has_null_content_and_arguments_valid_for_the_sche
         completion = await openai_client(url).chat.completions.create(
             model=MODEL,
             messages=_user("What is the weather in Oslo?"),
-            tools=[WEATHER],  # type: ignore[list-item]
+            tools=[WEATHER],
             tool_choice="required",
         )
         choice = completion.choices[0]
@@ -224,7 +229,7 @@ async def test_two_offered_tools_give_two_parallel_calls_with_distinct_ids_in_or
         completion = await openai_client(url).chat.completions.create(
             model=MODEL,
             messages=_user("Weather and time in Oslo?"),
-            tools=[WEATHER, TIME],  # type: ignore[list-item]
+            tools=[WEATHER, TIME],
             tool_choice="required",
         )
         choice = completion.choices[0]
@@ -242,7 +247,7 @@ async def test_parallel_tool_calls_false_gives_a_single_call() -> None:
         completion = await openai_client(url).chat.completions.create(
             model=MODEL,
             messages=_user("Weather and time in Oslo?"),
-            tools=[WEATHER, TIME],  # type: ignore[list-item]
+            tools=[WEATHER, TIME],
             tool_choice="required",
             parallel_tool_calls=False,
         )
@@ -256,7 +261,7 @@ async def test_named_tool_choice_calls_exactly_that_tool() -> None:
         completion = await openai_client(url).chat.completions.create(
             model=MODEL,
             messages=_user("Weather and time in Oslo?"),
-            tools=[WEATHER, TIME],  # type: ignore[list-item]
+            tools=[WEATHER, TIME],
             tool_choice={"type": "function", "function": {"name": "get_time"}},
         )
         choice = completion.choices[0]
@@ -273,8 +278,8 @@ async def test_tool_results_round_trip_to_a_text_answer_that_uses_them() -> None
         messages: list[dict[str, Any]] = _user("Weather and time in Oslo?")
         first = await client.chat.completions.create(
             model=MODEL,
-            messages=messages,  # type: ignore[arg-type]
-            tools=[WEATHER, TIME],  # type: ignore[list-item]
+            messages=messages,
+            tools=[WEATHER, TIME],
         )
         assert first.choices[0].finish_reason == "tool_calls"
         assistant = first.choices[0].message
@@ -287,8 +292,8 @@ async def test_tool_results_round_trip_to_a_text_answer_that_uses_them() -> None
             )
         second = await client.chat.completions.create(
             model=MODEL,
-            messages=messages,  # type: ignore[arg-type]
-            tools=[WEATHER, TIME],  # type: ignore[list-item]
+            messages=messages,
+            tools=[WEATHER, TIME],
         )
         choice = second.choices[0]
         assert choice.finish_reason == "stop"
@@ -371,7 +376,7 @@ async def test_stream_sends_role_once_content_deltas_and_one_finish_reason() -> 
     async with proxy_and_simulator() as (url, _sim):
         client = openai_client(url)
         whole = await client.chat.completions.create(**request)
-        chunks = await _chunks(client, **request)  # ends at [DONE], or the SDK would hang
+        chunks = await _chunks(client, **request)
         assert {c.id for c in chunks} == {chunks[0].id}
         assert {(c.object, c.model, c.created) for c in chunks} == {
             ("chat.completion.chunk", MODEL, chunks[0].created)
@@ -380,9 +385,16 @@ async def test_stream_sends_role_once_content_deltas_and_one_finish_reason() -> 
         deltas = [c.choices[0].delta for c in chunks]
         assert [d.role for d in deltas] == ["assistant"] + [None] * (len(deltas) - 1)
         assert [c.choices[0].finish_reason for c in chunks] == [None] * (len(chunks) - 1) + ["stop"]
-        pieces = [d.content for d in deltas[1:-1]]
-        assert all(pieces) and len(pieces) == whole.usage.completion_tokens  # type: ignore[union-attr]
-        assert "".join(pieces) == whole.choices[0].message.content  # type: ignore[arg-type]
+        pieces = [d.content or "" for d in deltas[1:-1]]
+        assert all(pieces) and len(pieces) == whole.usage.completion_tokens
+        assert "".join(pieces) == whole.choices[0].message.content
+        # On the wire: one data line per chunk the SDK yielded, then the [DONE] terminator.
+        async with httpx2.AsyncClient() as http:
+            raw = await http.post(f"{url}/v1/chat/completions", json={**request, "stream": True})
+        events = raw.text.split("\n\n")
+        assert events[-2:] == ["data: [DONE]", ""]
+        assert len(events) == len(chunks) + 2
+        assert all(e.startswith("data: {") for e in events[:-2])
 
 
 @SDK_STREAM_LEFTOVERS
@@ -411,12 +423,14 @@ def _message_view(completion: ChatCompletion) -> dict[str, Any]:
     """What must agree between streamed and non-streamed replies to the same request."""
     choice = completion.choices[0]
     calls = choice.message.tool_calls or []
+    assert all(isinstance(c, ChatCompletionMessageFunctionToolCall) for c in calls)
     return {
         "role": choice.message.role,
         "content": choice.message.content,
         "tool_calls": [
-            (c.id, c.type, c.function.name, json.loads(c.function.arguments))  # type: ignore[union-attr]
+            (c.id, c.type, c.function.name, json.loads(c.function.arguments))
             for c in calls
+            if isinstance(c, ChatCompletionMessageFunctionToolCall)
         ],
         "finish_reason": choice.finish_reason,
         "usage": completion.usage,
@@ -470,11 +484,11 @@ async def test_streamed_tool_calls_carry_index_id_and_name_once_each() -> None:
     }
     async with proxy_and_simulator() as (url, _sim):
         chunks = await _chunks(openai_client(url), **request)
-        fragments = [
-            call for c in chunks for call in (c.choices[0].delta.tool_calls or []) if c.choices
-        ]
+        first = chunks[0].choices[0].delta
+        assert (first.role, first.content) == ("assistant", None)  # as OpenAI: no text coming
+        fragments = [call for c in chunks for call in (c.choices[0].delta.tool_calls or [])]
         firsts = [f for f in fragments if f.id is not None]
-        assert [(f.index, f.type, f.function.name) for f in firsts] == [  # type: ignore[union-attr]
+        assert [(f.index, f.type, f.function and f.function.name) for f in firsts] == [
             (0, "function", "get_weather"),
             (1, "function", "get_time"),
         ]
@@ -498,7 +512,10 @@ async def test_n_above_one_is_bad_request_naming_n() -> None:
 
 
 async def test_upstream_429_is_rate_limit_error_with_the_upstream_retry_after() -> None:
-    async with proxy_and_simulator() as (url, sim):
+    async with proxy_and_simulator(upstream_max_retries=0, upstream_coordinated_backoff=False) as (
+        url,
+        sim,
+    ):
         with pytest.raises(openai.RateLimitError) as info:
             await openai_client(url).chat.completions.create(
                 model=MODEL, messages=_user("Busy? [[sim:status=429,retry_after=2]]")
@@ -509,7 +526,10 @@ async def test_upstream_429_is_rate_limit_error_with_the_upstream_retry_after() 
 
 
 async def test_upstream_529_is_internal_server_error_503_with_retry_after() -> None:
-    async with proxy_and_simulator() as (url, _sim):
+    async with proxy_and_simulator(upstream_max_retries=0, upstream_coordinated_backoff=False) as (
+        url,
+        _sim,
+    ):
         with pytest.raises(openai.InternalServerError) as info:
             await openai_client(url).chat.completions.create(
                 model=MODEL, messages=_user("Overloaded? [[sim:status=529,retry_after=4]]")
@@ -532,7 +552,10 @@ async def test_upstream_529_is_internal_server_error_503_with_retry_after() -> N
 async def test_stream_failing_before_any_content_is_an_http_error_status(
     fault: str, error: type[openai.APIStatusError], status: int
 ) -> None:
-    async with proxy_and_simulator() as (url, _sim):
+    async with proxy_and_simulator(upstream_max_retries=0, upstream_coordinated_backoff=False) as (
+        url,
+        _sim,
+    ):
         with pytest.raises(error) as info:
             stream = await openai_client(url).chat.completions.create(
                 model=MODEL, messages=_user(f"Hello [[sim:{fault}]]"), stream=True
@@ -557,7 +580,7 @@ async def test_stream_failing_midway_raises_api_error_after_the_content_so_far()
                 pieces.append(chunk.choices[0].delta.content or "")
         assert not isinstance(info.value, openai.APIStatusError)
         assert info.value.code == "overloaded_error"
-        assert "".join(pieces) == " ".join(whole.choices[0].message.content.split(" ")[:3])  # type: ignore[union-attr]
+        assert "".join(pieces) == " ".join(whole.choices[0].message.content.split(" ")[:3])
 
 
 # -- headers --------------------------------------------------------------------------------

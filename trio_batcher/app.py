@@ -34,6 +34,7 @@ from .gate import AdmissionGate
 from .metrics import Gauges, MetricsRegistry
 from .models import find_model, list_models
 from .pricing import load_pricing
+from .resilience import Resilience, ResilienceConfig
 from .prometheus import PrometheusExporter
 from .settings import Settings
 from .upstream import UpstreamClient, new_http_client
@@ -106,28 +107,59 @@ class Runtime:
                 window=settings.metrics_latency_window, pricing=load_pricing(settings.pricing_file)
             )
         self.dispatcher: Dispatcher
+        limiter: trio.CapacityLimiter | None = None
         if settings.batch_enabled:
+            # One limiter, shared by every window and retuned by the adaptive controller.
+            limiter = trio.CapacityLimiter(settings.batch_max_concurrency)
             self.dispatcher = Batcher(
                 max_size=settings.batch_max_size,
                 max_wait=settings.batch_max_wait_s,
                 max_concurrency=settings.batch_max_concurrency,
                 window_timeout=settings.batch_timeout_s,
+                limiter=limiter,
                 on_flush=self.metrics.record_window if self.metrics is not None else None,
             )
         else:
             self.dispatcher = DirectDispatcher()
+        self.resilience = Resilience(
+            ResilienceConfig(
+                max_retries=settings.upstream_max_retries,
+                max_wait_s=settings.upstream_retry_max_wait_s,
+                budget_ratio=settings.retry_budget_ratio,
+                coordinated=settings.upstream_coordinated_backoff,
+                adaptive=settings.batch_adaptive,
+            ),
+            limiter=limiter,
+        )
         self.pipeline = ChatPipeline(
             settings=settings,
             upstream=self.upstream,
             dispatcher=self.dispatcher,
             gate=self.gate,
             metrics=self.metrics,
+            resilience=self.resilience,
         )
         self.prometheus = (
             PrometheusExporter(self.metrics, self.gauges) if self.metrics is not None else None
         )
         self.draining = False
         self.drained = trio.Event()
+
+    def upstream_statistics(self) -> dict[str, Any]:
+        """Retries, cooldowns and the adaptive limit, for ``GET /metrics`` (``upstream``)."""
+        stats = self.resilience.statistics()
+        return {
+            "attempts": stats.attempts,
+            "retries": stats.retries,
+            "retries_denied_by_budget": stats.retries_denied_by_budget,
+            "retries_denied_by_deadline": stats.retries_denied_by_deadline,
+            "shed_by_cooldown": stats.shed_by_cooldown,
+            "cooldowns_opened": stats.cooldowns_opened,
+            "cooldown_remaining_s": round(stats.cooldown_remaining, 3),
+            "ratelimit_holds": stats.ratelimit_holds,
+            "adaptive_limit": stats.current_limit,
+            "failures_by_signal": dict(stats.failures_by_signal),
+        }
 
     def gauges(self) -> Gauges:
         gate = self.gate.statistics()

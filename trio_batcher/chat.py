@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, final
@@ -41,6 +40,7 @@ from .dispatch import Dispatcher, Ticket
 from .errors import ProxyError
 from .gate import AdmissionGate, Shed, Slot
 from .metrics import MetricsRegistry, Timing
+from .resilience import Resilience, StreamStart, call_with_resilience, open_until_content
 from .settings import Settings
 from .sse import DONE, encode_data
 from .translation import (
@@ -54,7 +54,7 @@ from .translation import (
     translate_response,
     upstream_error,
 )
-from .upstream import UpstreamClient, UpstreamReply
+from .upstream import UpstreamClient, UpstreamReply, UpstreamStream
 
 # Upstream events buffered between the pump and the client. Small on purpose: the upstream
 # read waits for the client rather than the proxy holding a growing backlog.
@@ -77,6 +77,9 @@ _STATUS_FOR_STREAM_ERROR: Final[Mapping[str, int]] = {
 CLIENT_CLOSED: Final = 499
 
 StreamItem = tuple[str, Mapping[str, Any]]
+# Read before answering a stream: up to the first delta, an upstream failure can still be a
+# proper HTTP status (and is retried), because the client has seen nothing yet.
+_PRELUDE_EVENTS: Final = frozenset({_HEADERS_EVENT, "message_start", "ping", "content_block_start"})
 
 
 @final
@@ -117,8 +120,10 @@ class ChatPipeline:
         dispatcher: Dispatcher,
         gate: AdmissionGate,
         metrics: MetricsRegistry | None,
+        resilience: Resilience | None = None,
     ) -> None:
         self._settings = settings
+        self._resilience = resilience or Resilience()
         self._upstream = upstream
         self._dispatcher = dispatcher
         self._gate = gate
@@ -132,8 +137,13 @@ class ChatPipeline:
     async def handle(self, payload: object, arrived: float) -> JSONReply | StreamReply:
         """Answer one request body; raises ``ProxyError`` for anything but success."""
         tr = translate_request(payload, self._options)
-        slot = await self._admit(tr.model, arrived)
         deadline = arrived + self._settings.request_timeout_s
+        early = self._resilience.shed_error(deadline)
+        if early is not None:  # the upstream asked us to wait longer than this request may
+            if self._metrics is not None:
+                self._metrics.record_rejected(early.code or "upstream_cooldown")
+            raise early
+        slot = await self._admit(tr.model, arrived)
         if tr.stream:
             return await self._start_stream(tr, slot, arrived, deadline)
         try:
@@ -174,7 +184,13 @@ class ChatPipeline:
 
     async def _complete(self, tr: TranslatedRequest, arrived: float, deadline: float) -> JSONReply:
         ticket: Ticket[UpstreamReply] = self._dispatcher.submit_nowait(
-            partial(self._upstream.create_message, tr.body)
+            partial(
+                call_with_resilience,
+                partial(self._upstream.create_message, tr.body),
+                deadline=deadline,
+                ctx=self._resilience,
+                headers_of=_reply_headers_of,
+            )
         )
         reply: UpstreamReply | None = None
         status = CLIENT_CLOSED
@@ -217,29 +233,37 @@ class ChatPipeline:
         """The stream job: relay upstream events into ``send`` until the stream ends.
 
         Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
-        batching) for the whole stream. Returns quietly if the reader went away.
+        batching) for the whole stream. Opening the stream and reading up to its first
+        content event is one retryable attempt; after that nothing is retried, because
+        the client may already have content. Returns quietly if the reader went away.
         """
         async with send:
             with trio.move_on_at(deadline) as scope:
-                stream = await self._upstream.open_stream(body)
+                start = await call_with_resilience(
+                    partial(
+                        open_until_content,
+                        partial(self._upstream.open_stream, body),
+                        error_for=_prelude_error,
+                    ),
+                    deadline=deadline,
+                    ctx=self._resilience,
+                    headers_of=_stream_headers_of,
+                )
                 try:
-                    await send.send(
-                        (
-                            _HEADERS_EVENT,
-                            {
-                                "headers": stream.headers,
-                                "started_at": stream.started_at,
-                                "first_byte_at": stream.first_byte_at,
-                            },
-                        )
-                    )
-                    async with aclosing(stream.events()) as events:
-                        async for item in events:
-                            await send.send(item)
+                    upstream = {
+                        "headers": start.stream.headers,
+                        "started_at": start.stream.started_at,
+                        "first_byte_at": start.stream.first_byte_at,
+                    }
+                    await send.send((_HEADERS_EVENT, upstream))
+                    for item in start.prelude:
+                        await send.send(item)
+                    async for item in start.rest:
+                        await send.send(item)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
                 finally:
-                    await stream.aclose()
+                    await start.aclose()
             if scope.cancelled_caught:
                 raise _deadline_error(self._settings)
 
@@ -305,6 +329,22 @@ def _deadline_error(settings: Settings) -> ProxyError:
     )
 
 
+def _reply_headers_of(reply: UpstreamReply) -> Mapping[str, str]:
+    return reply.headers
+
+
+def _stream_headers_of(start: StreamStart[UpstreamStream]) -> Mapping[str, str]:
+    return start.stream.headers
+
+
+def _prelude_error(data: Mapping[str, Any], headers: Mapping[str, str]) -> ProxyError:
+    """An ``error`` event before any content, as the error an HTTP status would have been."""
+    error = data.get("error")
+    kind = error.get("type") if isinstance(error, Mapping) else None
+    status = _STATUS_FOR_STREAM_ERROR.get(str(kind), 502)
+    return upstream_error(status, {"type": "error", "error": error or {}}, headers)
+
+
 def _stream_error_status(error: Mapping[str, Any]) -> int:
     kind = error.get("error", {}).get("code") or error.get("error", {}).get("type") or ""
     return _STATUS_FOR_STREAM_ERROR.get(str(kind), 502)
@@ -361,7 +401,7 @@ class _StreamRelay:
             self._upstream_first_byte = data["first_byte_at"]
             return []
         chunks = self._translator.feed(name, data)
-        if chunks and self._first_token_at is None and name not in ("message_start", "ping"):
+        if chunks and self._first_token_at is None and name == "content_block_delta":
             self._first_token_at = trio.current_time()
         return [encode_data(chunk) for chunk in chunks]
 
@@ -389,7 +429,7 @@ class _StreamRelay:
                     },
                     self._upstream_headers,
                 ) from None
-            if name not in (_HEADERS_EVENT, "message_start", "ping"):
+            if name not in _PRELUDE_EVENTS:
                 break
         headers = _reply_headers(self._tr, self._upstream_headers)
         headers["Server-Timing"] = self._timing().server_timing_header()

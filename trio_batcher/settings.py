@@ -212,6 +212,41 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "A flushed window's deadline; requests still pending then get 504.",
     ),
     SettingSpec(
+        "UPSTREAM_MAX_RETRIES",
+        "upstream_max_retries",
+        _int(0),
+        2,
+        "Retries of a failed upstream call before anything reaches the client (0 = off).",
+    ),
+    SettingSpec(
+        "UPSTREAM_RETRY_MAX_WAIT_S",
+        "upstream_retry_max_wait_s",
+        _float(0),
+        60.0,
+        "Longest upstream retry-after honoured; longer ones are answered at once, and no cooldown lasts longer.",
+    ),
+    SettingSpec(
+        "RETRY_BUDGET_RATIO",
+        "retry_budget_ratio",
+        _float(0),
+        0.1,
+        "Retries allowed per request over the last 10 s (plus 2), so retries can't amplify an outage.",
+    ),
+    SettingSpec(
+        "UPSTREAM_COORDINATED_BACKOFF",
+        "upstream_coordinated_backoff",
+        _bool,
+        True,
+        "Share an upstream 429/529 retry-after or an exhausted rate limit: no new upstream call starts until it passes.",
+    ),
+    SettingSpec(
+        "BATCH_ADAPTIVE",
+        "batch_adaptive",
+        _bool,
+        False,
+        "AIMD on upstream concurrency within [1, BATCH_MAX_CONCURRENCY]; needs BATCH_ENABLED=1.",
+    ),
+    SettingSpec(
         "METRICS_ENABLED",
         "metrics_enabled",
         _bool,
@@ -309,6 +344,11 @@ class Settings:
     batch_max_wait_ms: float = 10.0
     batch_max_concurrency: int = 16
     batch_timeout_s: float = 600.0
+    upstream_max_retries: int = 2
+    upstream_retry_max_wait_s: float = 60.0
+    retry_budget_ratio: float = 0.1
+    upstream_coordinated_backoff: bool = True
+    batch_adaptive: bool = False
     metrics_enabled: bool = False
     metrics_latency_window: int = 1024
     metrics_token: str | None = dataclasses.field(default=None, repr=False)
@@ -352,7 +392,21 @@ class Settings:
                 values[spec.field] = spec.parse(raw)
             except ValueError as exc:
                 raise SettingsError(env, str(exc)) from None
-        return cls(**values)
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Rules that involve more than one setting.
+
+        Raises:
+          SettingsError: naming the setting that cannot be honoured.
+        """
+        if self.batch_adaptive and not self.batch_enabled:
+            raise SettingsError(
+                "BATCH_ADAPTIVE",
+                "adapts the admission windows' concurrency; set BATCH_ENABLED=1 too",
+            )
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

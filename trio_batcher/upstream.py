@@ -14,6 +14,7 @@ cancelled read drops the socket, and a stream's ``aclose`` runs shielded.
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -78,9 +79,10 @@ class UpstreamStream:
     async def events(self) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         decoder = SSEDecoder()
         try:
-            async for chunk in self._response.aiter_raw():
-                for event in decoder.feed(chunk):
-                    yield event.event, _decode_event(event.event, event.data)
+            async with aclosing(self._response.aiter_raw()) as chunks:
+                async for chunk in chunks:
+                    for event in decoder.feed(chunk):
+                        yield event.event, _decode_event(event.event, event.data)
         except httpx2.TimeoutException:
             raise ProxyError(
                 504, "The upstream stopped sending mid-stream.", code="upstream_timeout"

@@ -118,6 +118,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="server logs (default: a logs/ directory next to --out)",
     )
     parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="sample the proxy with py-spy during each phase through it; collapsed stacks "
+        "go to DIR and a summary into the report (needs: pip install py-spy)",
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="plain progress lines even on a terminal"
     )
     parser.add_argument(
@@ -242,6 +249,7 @@ def run_bench(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         warmup=args.warmup,
         log_dir=Path(args.logs) if args.logs else out.parent / "logs",
+        profile_dir=Path(args.profile) if args.profile else None,
     )
     machine = _machine()
     created = datetime.now(UTC).isoformat(timespec="seconds")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, final
@@ -23,6 +24,7 @@ import trio
 from .cpu import CpuMeter
 from .load import Run, Tally, Target, closed_loop
 from .processes import SIM_KEY, ProxyServer, ServerError, Stack
+from .profiling import profiled, summarize_folded
 from .progress import Display
 from .results import Check, PhaseResult, ScenarioResult, TargetResult
 from .stats import phase_result, reconcile, upstream_delta
@@ -47,6 +49,7 @@ class Options:
     concurrency: int | None = None
     warmup: float | None = None
     log_dir: Path = Path("bench-results/logs")
+    profile_dir: Path | None = None
 
     @property
     def phase_s(self) -> float:
@@ -171,13 +174,23 @@ class Bench:
             holder.append(await driver(tally))
             cancel.cancel()
 
-        async with self.display.phase(label or name, seconds, tally):
-            meter.start()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(drive, nursery.cancel_scope)
-                if concurrent is not None:
-                    nursery.start_soon(concurrent)
-            usage = meter.stop()
+        profile_dir, profile = self.options.profile_dir, None
+        async with AsyncExitStack() as exits:
+            if profile_dir is not None and server is not None:
+                profile = profile_dir / f"{scenario.name}-{name}.folded"
+                log = profile_dir / "py-spy.log"
+                await exits.enter_async_context(profiled(server.pid, profile, log))
+            async with self.display.phase(label or name, seconds, tally):
+                meter.start()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(drive, nursery.cancel_scope)
+                    if concurrent is not None:
+                        nursery.start_soon(concurrent)
+                usage = meter.stop()
+        extra: dict[str, Any] = {}
+        if profile is not None:
+            text = await trio.Path(profile).read_text() if await trio.Path(profile).exists() else ""
+            extra["profile"] = {"file": str(profile), **summarize_folded(text)}
         run = holder[0]
         metrics_after = await server.wait_idle() if server is not None else None
         sim_after = await self.sim_idle(stack, recent)
@@ -190,6 +203,7 @@ class Bench:
             upstream=upstream_delta(sim_before, sim_after),
             cpu=usage,
             bucket=bucket,
+            extra=extra,
         )
         scenario.phases.append(result)
         scenario.notes += _noise_notes(result)

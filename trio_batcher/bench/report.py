@@ -52,13 +52,23 @@ def _cpu(phase: PhaseResult) -> str:
     return " / ".join(parts) + f" ({_num(cpu.other_util, 2)})"
 
 
+def _cpu_per_request(phase: PhaseResult) -> str:
+    cpu = phase.cpu
+    parts = [cpu.proxy_ms_per_request, cpu.simulator_ms_per_request, cpu.client_ms_per_request]
+    return " / ".join(_num(v, 2) for v in parts)
+
+
 def _phase_table(scenario: ScenarioResult) -> list[str]:
     streams = any(p.stream for p in scenario.phases)
     head = ["phase", "via", "load", "offered/s", "goodput/s", "shed/s", "p50", "p95", "p99"]
     head += ["max"]
     if streams:
         head += ["TTFT p50", "TTFT p99", "ITL p50", "ITL p99"]
-    head += ["upstream max in-flight", "proxy CPU ms/req", "CPU proxy / sim / client (other)"]
+    head += [
+        "upstream max in-flight",
+        "CPU ms/req proxy / sim / client",
+        "cores proxy / sim / client (other)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in scenario.phases:
         row = [
@@ -76,7 +86,7 @@ def _phase_table(scenario: ScenarioResult) -> list[str]:
         if streams:
             row += [_p(p.ttft_ms, "p50"), _p(p.ttft_ms, "p99")]
             row += [_p(p.itl_ms, "p50"), _p(p.itl_ms, "p99")]
-        row += [str(p.upstream.max_in_flight), _num(p.cpu.proxy_ms_per_request, 3), _cpu(p)]
+        row += [str(p.upstream.max_in_flight), _cpu_per_request(p), _cpu(p)]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

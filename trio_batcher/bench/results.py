@@ -85,10 +85,14 @@ class Upstream:
 @final
 @dataclass(frozen=True)
 class Cpu:
-    """Utilisation in cores over the phase; ``proxy_ms_per_request`` divides the proxy's CPU
-    time by the requests it answered (shed ones included)."""
+    """Utilisation in cores over the phase. ``proxy_ms_per_request`` divides the proxy's CPU
+    time by the requests it answered (shed ones included), ``simulator_ms_per_request`` the
+    simulator's by the requests it received, ``client_ms_per_request`` the load generator's by
+    the requests it sent."""
 
     proxy_ms_per_request: float | None
+    simulator_ms_per_request: float | None
+    client_ms_per_request: float | None
     proxy_util: float | None
     simulator_util: float | None
     client_util: float | None

@@ -22,7 +22,7 @@ from .cpu import CpuMeter
 from .harness import Bench, Phase, monotonic_offset, target_for, target_result
 from .load import Abort, Run, Tally, Target, closed_loop, open_loop
 from .processes import Stack, running_stack
-from .results import Check, PhaseResult, ScenarioResult
+from .results import Check, PhaseResult, ScenarioResult, Summary
 from .wire import Pool, encode_request, get_json
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -34,6 +34,7 @@ PROXY_CPU_MAX_MS: Final = 1.0
 ADDED_TTFT_MAX_MS: Final = 2.0
 BATCH_SLACK_MS: Final = 2.0
 
+LIGHT_CLIENTS: Final = 5  # overhead's second pair of phases: a load nothing saturates
 _SIM_POLL_S: Final = 0.005
 _PROXY_POLL_S: Final = 0.010
 
@@ -71,25 +72,31 @@ async def _side_by_side(
     *,
     workers: int,
     stream: bool,
+    suffix: str = "",
+    seconds: float | None = None,
+    warmup: float | None = None,
 ) -> tuple[PhaseResult, PhaseResult]:
     """The same closed-loop load direct to the simulator, then through the proxy."""
     opts = bench.options
+    seconds = opts.phase_s if seconds is None else seconds
+    warmup = opts.warmup_s if warmup is None else warmup
     direct = target_for("simulator", stack.sim.url, stream=stream)
     proxied = target_for("proxy", stack.proxies["proxy"].url, stream=stream)
     results = []
     for name, target, proxy in (("direct", direct, None), ("proxy", proxied, "proxy")):
+        name += suffix
         pool = Pool(target.host, target.port)
         try:
-            await bench.warmup(pool, target, workers, opts.warmup_s)
+            await bench.warmup(pool, target, workers, warmup)
             phase = await bench.measure(
                 scenario,
                 stack,
                 name,
-                _closed(pool, target, workers, opts.phase_s),
+                _closed(pool, target, workers, seconds),
                 target=target,
                 proxy=proxy,
                 label=f"{name}: {workers} clients, closed loop",
-                seconds=opts.phase_s,
+                seconds=seconds,
             )
         finally:
             await pool.aclose()
@@ -101,13 +108,30 @@ async def _side_by_side(
 
 
 async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
-    workers = bench.options.concurrency or 50
+    opts = bench.options
+    workers = opts.concurrency or 50
     sim_args = ["--ttft-ms", "50", "--tokens-per-s", "0"]
-    scenario.config = {"simulator": sim_args, "proxy": {}, "clients": workers}
-    async with running_stack(sim_args, {"proxy": {}}, bench.options.log_dir / "overhead") as stack:
+    scenario.config = {
+        "simulator": sim_args,
+        "proxy": {},
+        "clients": workers,
+        "light_clients": LIGHT_CLIENTS,
+    }
+    async with running_stack(sim_args, {"proxy": {}}, opts.log_dir / "overhead") as stack:
         direct, proxy = await _side_by_side(bench, scenario, stack, workers=workers, stream=False)
+        # The same at a load nothing saturates: what one request pays for the extra hop.
+        light_direct, light_proxy = await _side_by_side(
+            bench,
+            scenario,
+            stack,
+            workers=LIGHT_CLIENTS,
+            stream=False,
+            suffix=f"-{LIGHT_CLIENTS}",
+            seconds=opts.phase_s / 2,
+            warmup=min(opts.warmup_s, 0.5),
+        )
         yardstick = await _health_cpu(
-            stack, min(1.0 if bench.options.quick else 3.0, bench.options.phase_s / 2)
+            stack, workers, min(1.0 if opts.quick else 3.0, opts.phase_s / 2)
         )
     ratio = _ratio(direct.rates.goodput, proxy.rates.goodput)
     added = _delta(direct.latency_ms.p50, proxy.latency_ms.p50)
@@ -121,6 +145,11 @@ async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
         "added_p99_ms": _round(_delta(direct.latency_ms.p99, proxy.latency_ms.p99)),
         "proxy_cpu_ms_per_request": cpu,
         "proxy_overhead_p50_ms": _timing(proxy, "overhead"),
+        "light_clients": LIGHT_CLIENTS,
+        "light_added_p50_ms": _round(
+            _delta(light_direct.latency_ms.p50, light_proxy.latency_ms.p50)
+        ),
+        "light_proxy_cpu_ms_per_request": light_proxy.cpu.proxy_ms_per_request,
         "proxy_cpu_ms_per_health_request": yardstick,
         "cpu_per_request_in_health_requests": (
             None if cpu is None or not yardstick else round(cpu / yardstick, 2)
@@ -151,30 +180,28 @@ async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
     ]
 
 
-async def _health_cpu(stack: Stack, seconds: float) -> float | None:
-    """The proxy's CPU per ``GET /health``, one request at a time: a yardstick.
+async def _health_cpu(stack: Stack, workers: int, seconds: float) -> float | None:
+    """The proxy's CPU per ``GET /health`` at the same concurrency: a yardstick.
 
-    A bare quart-trio endpoint costs ~0.4 ms of CPU on a quiet machine of this kind; on a
-    busy or slower one everything costs more, so the chat request's CPU is also reported
-    in units of this one, which moves much less from run to run.
+    It is what the proxy's server stack (hypercorn, quart-trio, trio) costs per request
+    with no work behind it, so the chat request's CPU is also reported in units of this one,
+    which moves much less from machine to machine (and with the neighbours' load) than
+    milliseconds do.
     """
     server = stack.proxies["proxy"]
     host, _, port = server.url.removeprefix("http://").rpartition(":")
-    pool = Pool(host, int(port))
     request = encode_request("GET", host, int(port), "/health", [], b"")
+    target = Target("proxy", "openai", host, int(port), False, request)
+    pool = Pool(host, int(port))
     meter = CpuMeter({"proxy": server.pid})
     try:
-        for _ in range(20):
-            await get_json(pool, request)
+        await closed_loop(pool, target, workers=workers, duration=min(0.5, seconds))
         meter.start()
-        count = 0
-        stop_at = trio.current_time() + seconds
-        while trio.current_time() < stop_at:
-            await get_json(pool, request)
-            count += 1
+        run = await closed_loop(pool, target, workers=workers, duration=seconds)
         used = meter.stop().seconds["proxy"]
     finally:
         await pool.aclose()
+    count = sum(1 for o in run.outcomes if o.kind == "ok")
     return None if used is None or not count else round(used / count * 1000.0, 3)
 
 
@@ -185,8 +212,19 @@ async def _stream(bench: Bench, scenario: ScenarioResult) -> None:
     workers = bench.options.concurrency or 20
     sim_args = ["--ttft-ms", "50", "--tokens-per-s", "100"]
     scenario.config = {"simulator": sim_args, "proxy": {}, "clients": workers}
-    async with running_stack(sim_args, {"proxy": {}}, bench.options.log_dir / "stream") as stack:
+    opts = bench.options
+    async with running_stack(sim_args, {"proxy": {}}, opts.log_dir / "stream") as stack:
         direct, proxy = await _side_by_side(bench, scenario, stack, workers=workers, stream=True)
+        light_direct, light_proxy = await _side_by_side(
+            bench,
+            scenario,
+            stack,
+            workers=LIGHT_CLIENTS,
+            stream=True,
+            suffix=f"-{LIGHT_CLIENTS}",
+            seconds=opts.phase_s / 2,
+            warmup=min(opts.warmup_s, 0.5),
+        )
     assert direct.ttft_ms is not None and proxy.ttft_ms is not None
     assert direct.itl_ms is not None and proxy.itl_ms is not None
     added_ttft = _delta(direct.ttft_ms.p50, proxy.ttft_ms.p50)
@@ -203,6 +241,12 @@ async def _stream(bench: Bench, scenario: ScenarioResult) -> None:
         "streams_per_s_direct": direct.rates.goodput,
         "streams_per_s_proxy": proxy.rates.goodput,
         "proxy_cpu_ms_per_stream": proxy.cpu.proxy_ms_per_request,
+        "light_clients": LIGHT_CLIENTS,
+        "light_added_ttft_p50_ms": _round(
+            _delta(_p50(light_direct.ttft_ms), _p50(light_proxy.ttft_ms))
+        ),
+        "light_itl_p50_direct_ms": _p50(light_direct.itl_ms),
+        "light_itl_p50_proxy_ms": _p50(light_proxy.itl_ms),
     }
     scenario.targets.append(
         target_result(
@@ -515,6 +559,7 @@ async def _overload(bench: Bench, scenario: ScenarioResult) -> None:
             await pool.aclose()
     scenario.summary = {
         "capacity_per_s": capacity,
+        "unloaded_p50_ms": by_step[min(steps)].latency_ms.p50,
         "steps": [
             {
                 "multiple": m,
@@ -529,7 +574,11 @@ async def _overload(bench: Bench, scenario: ScenarioResult) -> None:
         ],
     }
     top = by_step[max(steps)]
-    bound_ms = service_s * 1000 * (1 + queue / inflight) + 50
+    # What one admitted request takes when nothing queues: the lowest step's p50 (it includes
+    # the proxy's own time, which the nominal 100 ms does not). Admitted requests wait for at
+    # most a full queue ahead of them: MAX_QUEUE / MAX_INFLIGHT more service times.
+    unloaded = by_step[min(steps)].latency_ms.p50 or service_s * 1000
+    bound_ms = round(unloaded * (1 + queue / inflight) + 50)
     shed_share = top.counts.shed / top.counts.offered if top.counts.offered else None
     scenario.targets += [
         target_result(
@@ -548,7 +597,7 @@ async def _overload(bench: Bench, scenario: ScenarioResult) -> None:
         ),
         target_result(
             f"p99 of admitted requests at {max(steps):g}x capacity",
-            f"<= service x (1 + MAX_QUEUE/MAX_INFLIGHT) + 50 ms = {bound_ms:g} ms",
+            f"<= unloaded p50 x (1 + MAX_QUEUE/MAX_INFLIGHT) + 50 ms = {bound_ms:g} ms",
             top.latency_ms.p99,
             "ms",
             lambda v: v <= bound_ms,
@@ -700,6 +749,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _p50(summary: Summary | None) -> float | None:
+    return None if summary is None else summary.p50
+
+
 def _timing(phase: PhaseResult, part: str) -> float | None:
     timing = phase.proxy_timing_ms or {}
     summary = timing.get(part)
@@ -714,7 +767,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "Proxy overhead: the same closed-loop load direct and through the proxy",
             "N clients send back-to-back non-streaming requests for the same duration, first "
             "straight to the simulator (answering in 50 ms), then through the proxy (batching "
-            "and the gate off). Throughput ratio, added p50 and the proxy's CPU per request.",
+            "and the gate off). Throughput ratio, added p50 and the proxy's CPU per request; "
+            "then the same pair with 5 clients, a load nothing saturates.",
             _overhead,
         ),
         Scenario(
@@ -722,7 +776,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "Streaming: TTFT and inter-token latency, direct and through the proxy",
             "N clients stream 24-token replies (first token at 50 ms, then 100 tokens/s), "
             "first straight from the simulator, then through the proxy. TTFT is measured from "
-            "the send to the first content event; inter-token latency between content events.",
+            "the send to the first content event; inter-token latency between content events. "
+            "Then the same pair with 5 clients, a load nothing saturates.",
             _stream,
         ),
         Scenario(

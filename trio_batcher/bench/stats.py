@@ -117,20 +117,22 @@ def _timeline(outcomes: Sequence[Outcome], start: float, bucket: float) -> list[
     return points
 
 
-def _cpu(usage: CpuUsage | None, proxy_requests: int) -> Cpu:
+def _cpu(usage: CpuUsage | None, requests: Mapping[str, int]) -> Cpu:
     if usage is None:
-        return Cpu(None, None, None, None, None, None)
-    proxy_s = usage.seconds.get("proxy")
-    per_request = None
-    if proxy_s is not None and proxy_requests > 0:
-        per_request = round(proxy_s / proxy_requests * 1000.0, 3)
+        return Cpu(None, None, None, None, None, None, None, None)
+
+    def per_request(name: str) -> float | None:
+        seconds, count = usage.seconds.get(name), requests.get(name, 0)
+        return None if seconds is None or count <= 0 else round(seconds / count * 1000.0, 3)
 
     def util(name: str) -> float | None:
         value = usage.util.get(name)
         return None if value is None else round(value, 3)
 
     return Cpu(
-        proxy_ms_per_request=per_request,
+        proxy_ms_per_request=per_request("proxy"),
+        simulator_ms_per_request=per_request("simulator"),
+        client_ms_per_request=per_request("client"),
         proxy_util=util("proxy"),
         simulator_util=util("simulator"),
         client_util=util("client"),
@@ -194,7 +196,14 @@ def phase_result(
         send_lag_ms=send_lag,
         proxy_timing_ms=timing,
         upstream=upstream,
-        cpu=_cpu(cpu, answered if via == "proxy" else 0),
+        cpu=_cpu(
+            cpu,
+            {
+                "proxy": answered if via == "proxy" else 0,
+                "simulator": upstream.requests,
+                "client": counts.sent,
+            },
+        ),
         timeline=_timeline(run.outcomes, run.started, bucket),
         extra=extra or {},
     )

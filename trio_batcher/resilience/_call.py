@@ -1,0 +1,275 @@
+"""``Resilience`` (the per-process state) and ``call_with_resilience`` (one request's attempts)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TypeVar, final, get_args
+
+import trio
+
+from ..errors import ProxyError
+from ._aimd import AdaptiveLimit
+from ._budget import RetryBudget
+from ._config import ResilienceConfig
+from ._cooldown import Cooldown
+from ._policy import CLEAN, OVERLOAD, Failure, Signal, classify, retry_delay
+from ._ratelimit import ratelimit_hold
+
+__all__ = ["Resilience", "ResilienceStatistics", "call_with_resilience"]
+
+T = TypeVar("T")
+
+
+@final
+@dataclass(frozen=True)
+class ResilienceStatistics:
+    """A snapshot for metrics; gauges are ``waiting_for_cooldown``, ``cooldown_remaining``
+    and ``current_limit`` (``None`` when adaptive concurrency is off), the rest counters.
+
+    ``requests`` counts requests that made at least one attempt (``shed_by_cooldown`` those
+    that made none), so ``attempts / requests`` is the retry amplification the upstream sees.
+    """
+
+    requests: int
+    attempts: int
+    retries: int
+    retries_denied_by_budget: int
+    retries_denied_by_deadline: int
+    shed_by_cooldown: int
+    failures_by_signal: Mapping[str, int]
+    waiting_for_cooldown: int
+    cooldowns_opened: int
+    cooldowns_extended: int
+    cooldown_remaining: float
+    ratelimit_holds: int
+    current_limit: int | None
+    limit_increases: int
+    limit_decreases: int
+
+
+@final
+class Resilience:
+    """Everything the upstream calls of one process share: cooldown, budget, adaptive limit.
+
+    Args:
+      config: the knobs (see ``ResilienceConfig``).
+      limiter: the upstream limiter; required when ``config.adaptive``, whose controller
+        takes over its ``total_tokens`` (starting at, and never exceeding, its current value).
+      rng: returns floats in [0, 1) for the jitter; inject a seeded one in tests.
+      wall_clock: the current UTC instant, to turn RFC 3339 reset times into trio time.
+
+    Raises:
+      ValueError: ``config.adaptive`` without a ``limiter``.
+    """
+
+    def __init__(
+        self,
+        config: ResilienceConfig | None = None,
+        *,
+        limiter: trio.CapacityLimiter | None = None,
+        rng: Callable[[], float] | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.config = config = config or ResilienceConfig()
+        self.cooldown = Cooldown(enabled=config.coordinated)
+        self.budget = RetryBudget(
+            config.budget_ratio,
+            window=config.budget_window_s,
+            min_retries=config.budget_min_retries,
+        )
+        self.adaptive: AdaptiveLimit | None = None
+        if config.adaptive:
+            if limiter is None:
+                raise ValueError("adaptive concurrency needs the upstream limiter")
+            self.adaptive = AdaptiveLimit(limiter, decrease_factor=config.decrease_factor)
+        self._rng = rng or random.random
+        self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+        self._requests = 0
+        self._attempts = 0
+        self._retries = 0
+        self._denied_by_budget = 0
+        self._denied_by_deadline = 0
+        self._shed = 0
+        self._waiting = 0
+        self._ratelimit_holds = 0
+        self._failures: dict[str, int] = dict.fromkeys(get_args(Signal), 0)
+
+    def shed_error(self, deadline: float) -> ProxyError | None:
+        """The error to answer at once if the cooldown lasts until ``deadline`` or later.
+
+        The gate can call this before admitting a request; ``call_with_resilience`` calls it
+        before every attempt. The ``Retry-After`` is the cooldown's remaining time, rounded
+        up to whole seconds: a 429 when the upstream rate-limited us, a 503 when it said it
+        was overloaded.
+        """
+        until = self.cooldown.until
+        now = trio.current_time()
+        if until <= now or until < deadline:
+            return None
+        wait = max(1, math.ceil(until - now))
+        if self.cooldown.reason == "rate_limited":
+            return ProxyError(
+                429,
+                f"The upstream is rate limiting this gateway; retry after {wait} s.",
+                type="rate_limit_error",
+                code="upstream_cooldown",
+                headers={"Retry-After": str(wait)},
+            )
+        return ProxyError(
+            503,
+            f"The upstream is overloaded; retry after {wait} s.",
+            code="upstream_cooldown",
+            headers={"Retry-After": str(wait)},
+        )
+
+    def observe_headers(self, headers: Mapping[str, str]) -> None:
+        """Hold new calls until the reset of any rate-limit resource whose remaining is 0.
+
+        Takes any upstream response's headers (or an upstream error's translated ones). The
+        hold is capped at ``max_wait_s`` and, like a cooldown, only ever extends.
+        """
+        if not self.cooldown.enabled:
+            return
+        hold = ratelimit_hold(headers, self._wall_clock())
+        if hold is None or hold <= 0:
+            return
+        until = trio.current_time() + min(hold, self.config.max_wait_s)
+        if self.cooldown.open_until(until, "rate_limited"):
+            self._ratelimit_holds += 1
+
+    def statistics(self) -> ResilienceStatistics:
+        cooldown = self.cooldown.statistics()
+        adaptive = self.adaptive.statistics() if self.adaptive is not None else None
+        return ResilienceStatistics(
+            requests=self._requests,
+            attempts=self._attempts,
+            retries=self._retries,
+            retries_denied_by_budget=self._denied_by_budget,
+            retries_denied_by_deadline=self._denied_by_deadline,
+            shed_by_cooldown=self._shed,
+            failures_by_signal=MappingProxyType(dict(self._failures)),
+            waiting_for_cooldown=self._waiting,
+            cooldowns_opened=cooldown.opened,
+            cooldowns_extended=cooldown.extended,
+            cooldown_remaining=cooldown.remaining,
+            ratelimit_holds=self._ratelimit_holds,
+            current_limit=None if adaptive is None else adaptive.limit,
+            limit_increases=0 if adaptive is None else adaptive.increases,
+            limit_decreases=0 if adaptive is None else adaptive.decreases,
+        )
+
+    # -- for call_with_resilience -------------------------------------------------------------
+
+    async def _wait_clear(self, deadline: float) -> None:
+        """Wait out the cooldown, or raise the shed error if it would outlast ``deadline``."""
+        while True:
+            error = self.shed_error(deadline)
+            if error is not None:
+                self._shed += 1
+                raise error
+            until = self.cooldown.until
+            if trio.current_time() >= until:
+                return
+            self._waiting += 1
+            try:
+                await trio.sleep_until(until)
+            finally:
+                self._waiting -= 1
+
+    def _start_attempt(self, *, first: bool) -> int:
+        if first:
+            # Counted here, not on entry: a request shed by the cooldown never reached the
+            # upstream, so it must not earn retry budget or dilute the amplification ratio.
+            self._requests += 1
+            self.budget.record_request()
+        self._attempts += 1
+        return self.adaptive.epoch if self.adaptive is not None else 0
+
+    def _record_clean(self, epoch: int) -> None:
+        if self.adaptive is not None:
+            self.adaptive.on_clean(epoch)
+
+    def _record_failure(self, exc: ProxyError, failure: Failure, epoch: int) -> None:
+        self._failures[failure.signal] += 1
+        if failure.retry_after is not None and failure.signal in ("rate_limited", "overloaded"):
+            wait = min(failure.retry_after, self.config.max_wait_s)
+            self.cooldown.open_until(trio.current_time() + wait, failure.signal)
+        self.observe_headers(exc.headers)
+        if self.adaptive is not None:
+            if failure.signal in OVERLOAD:
+                self.adaptive.on_overload(epoch)
+            elif failure.signal in CLEAN:
+                self.adaptive.on_clean(epoch)
+            else:
+                self.adaptive.on_failure(epoch)
+
+    def _plan_retry(self, failure: Failure, retries_done: int, deadline: float) -> float | None:
+        """When to retry (trio time), or ``None``: policy, then deadline, then budget."""
+        delay = retry_delay(failure, retries_done, self.config, self._rng)
+        if delay is None:
+            return None
+        retry_at = trio.current_time() + delay
+        if max(retry_at, self.cooldown.until) >= deadline:
+            self._denied_by_deadline += 1
+            return None
+        if not self.budget.try_spend():
+            self._denied_by_budget += 1
+            return None
+        self._retries += 1
+        return retry_at
+
+
+async def call_with_resilience(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    deadline: float,
+    ctx: Resilience,
+    headers_of: Callable[[T], Mapping[str, str]] | None = None,
+) -> T:
+    """Run ``attempt`` until it succeeds, retrying what the policy, deadline and budget allow.
+
+    Before every attempt (the first included) it waits for the shared cooldown to pass. Only
+    a ``ProxyError`` raised *by* ``attempt`` is considered for a retry; whatever happens to
+    the value after it is returned is the caller's (for a stream: everything after the first
+    content event). ``deadline`` (``trio.current_time()`` scale, may be ``math.inf``) is used
+    for decisions only; enforce it with a cancel scope around this call.
+
+    Args:
+      attempt: one upstream call; called at most ``1 + config.max_retries`` times.
+      deadline: no attempt starts, and no retry is planned, at or after this instant.
+      ctx: the process's shared ``Resilience``.
+      headers_of: the upstream response headers of a successful result, for rate-limit
+        awareness (``lambda reply: reply.headers``).
+
+    Returns:
+      The first successful attempt's value.
+
+    Raises:
+      ProxyError: the last attempt's error when no retry is allowed, or a 429/503
+        ``upstream_cooldown`` with ``Retry-After`` when a cooldown outlasts ``deadline``.
+      trio.Cancelled: at any wait (cooldown or backoff); no further attempt starts.
+    """
+    retries = 0
+    while True:
+        await ctx._wait_clear(deadline)
+        epoch = ctx._start_attempt(first=retries == 0)
+        try:
+            result = await attempt()
+        except ProxyError as exc:
+            failure = classify(exc)
+            ctx._record_failure(exc, failure, epoch)
+            retry_at = ctx._plan_retry(failure, retries, deadline)
+            if retry_at is None:
+                raise
+        else:
+            if headers_of is not None:
+                ctx.observe_headers(headers_of(result))
+            ctx._record_clean(epoch)
+            return result
+        retries += 1
+        await trio.sleep_until(retry_at)  # outside the except: a Cancelled here is not chained
