@@ -34,8 +34,8 @@ from .gate import AdmissionGate
 from .metrics import Gauges, MetricsRegistry
 from .models import find_model, list_models
 from .pricing import load_pricing
-from .resilience import Resilience, ResilienceConfig
 from .prometheus import PrometheusExporter
+from .resilience import Resilience, ResilienceConfig
 from .settings import Settings
 from .upstream import UpstreamClient, new_http_client
 

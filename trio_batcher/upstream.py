@@ -14,8 +14,8 @@ cancelled read drops the socket, and a stream's ``aclose`` runs shielded.
 from __future__ import annotations
 
 import json
-from contextlib import aclosing
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, final
 
