@@ -99,7 +99,10 @@ class Runtime:
         self.http = new_http_client(settings)
         self.upstream = UpstreamClient(settings, self.http)
         self.gate = AdmissionGate(
-            settings.max_inflight, settings.max_queue, settings.acquire_timeout_s
+            settings.max_inflight,
+            settings.max_queue,
+            settings.acquire_timeout_s,
+            retry_after=settings.retry_after_s,
         )
         self.metrics: MetricsRegistry | None = None
         if settings.metrics_enabled:

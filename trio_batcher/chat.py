@@ -28,6 +28,7 @@ upstream byte; passing it answers 504 (or, mid-stream, an error event).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -164,7 +165,7 @@ class ChatPipeline:
         except Shed as shed:
             if self._metrics is not None:
                 self._metrics.record_rejected(shed.reason)
-            retry_after = str(max(self._settings.retry_after_s, round(shed.retry_after)))
+            retry_after = str(math.ceil(shed.retry_after))
             if shed.reason == "shutdown":
                 raise ProxyError(
                     503,
