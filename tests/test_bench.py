@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -192,6 +194,61 @@ async def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path: Pat
     with pytest.raises(processes.ServerError, match="--ttft-ms must be >= 0"):
         async with processes.running_stack(["--ttft-ms", "-1"], {}, tmp_path):
             pytest.fail("the simulator should not have started")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(b")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_sigterm_stops_the_bench_and_every_server_it_started(tmp_path: Path) -> None:
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as sink:
+        bench = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trio_batcher.bench",
+                "--scenario",
+                "overhead",
+                "--duration",
+                "30",
+                "--warmup",
+                "0",
+                "--concurrency",
+                "2",
+                "--out",
+                str(tmp_path / "r.json"),
+                "--visuals-json",
+                "",
+                "--no-progress",
+            ],
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "direct: 2 clients" not in err.read_text():  # the load is running
+            assert bench.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        servers = _children(bench.pid)
+        assert len(servers) == 2
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert not any(_alive(pid) for pid in servers)
+    assert "SIGTERM; servers stopped" in err.read_text()
+    assert not (tmp_path / "r.json").exists()
 
 
 # -- a tiny real run ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any, Final, NoReturn
 import trio
 
 from .app import create_app
+from .bench import add_bench_parser, run_bench
 from .serving import serve_app
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
@@ -61,6 +62,11 @@ _SIM_FLAGS: Final = (
     ("rate_429", float, "fraction of requests answered with 429"),
     ("rate_529", float, "fraction of requests answered with 529"),
     ("seed", int, "seed for jitter and injected faults"),
+    ("rpm_limit", int, "enforced requests per minute (token bucket; 429 with retry-after)"),
+    ("tpm_limit", int, "enforced input+output tokens per minute (token bucket; 429)"),
+    ("ratelimit_period_s", float, "refill period of the rate limits, in seconds (default 60)"),
+    ("overload_every_s", float, "start a 529 overload window this often (0: only one)"),
+    ("overload_for_s", float, "length of each 529 overload window, in seconds (0: never)"),
 )
 
 
@@ -79,7 +85,10 @@ def _simulator_config(args: argparse.Namespace, prefix: str, **defaults: float) 
             if value < 0:
                 _fail(f"--{(prefix + name).replace('_', '-')} must be >= 0")
             values[name] = value
-    return SimulatorConfig(**values)
+    try:
+        return SimulatorConfig(**values)
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     _add_simulator_flags(simulate, "")
+
+    add_bench_parser(sub)
     # argparse derives dest names with underscores; keep the prefix scheme uniform.
     return parser
 
@@ -245,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             trio.run(_serve, args, settings)
         elif args.command == "simulate":
             trio.run(_simulate, args)
+        elif args.command == "bench":
+            raise SystemExit(run_bench(args))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (OSError, BaseExceptionGroup) as exc:

@@ -2,8 +2,9 @@
 
 Public surface: ``add_bench_parser(subparsers)`` adds the ``bench`` subcommand to the CLI,
 ``run_bench(args)`` runs it and returns the exit status (0: every scenario's checks held;
-1: a check failed or a scenario broke; 130: interrupted). ``python -m trio_batcher.bench``
-runs it stand-alone. See docs/benchmarks.md for the method and the report's schema.
+1: a check failed or a scenario broke; 128 + N: stopped by signal N, e.g. 130 for Ctrl-C).
+``python -m trio_batcher.bench`` runs it stand-alone. See docs/benchmarks.md for the method
+and the report's schema.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -213,7 +215,44 @@ def _machine() -> dict[str, Any]:
     }
 
 
+class _Stopped(Exception):
+    """A signal stopped the run; the servers have been stopped. ``status`` is the exit code."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.status = 128 + signum
+
+
 async def _run_all(names: list[str], options: Options, display: Display) -> list[ScenarioResult]:
+    """Run the scenarios. SIGINT, SIGTERM and SIGHUP cancel the run cleanly -- every server
+    process is stopped on the way out -- instead of interrupting it wherever it happens to be.
+
+    Raises:
+      _Stopped: after one of those signals.
+    """
+    stopped: int | None = None
+    results: list[ScenarioResult] = []
+
+    async def watch_signals(scope: trio.CancelScope) -> None:
+        nonlocal stopped
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                stopped = signum
+                scope.cancel()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_signals, nursery.cancel_scope)
+        results = await _run_scenarios(names, options, display)
+        nursery.cancel_scope.cancel()
+    if stopped is not None:
+        raise _Stopped(stopped)
+    return results
+
+
+async def _run_scenarios(
+    names: list[str], options: Options, display: Display
+) -> list[ScenarioResult]:
     bench = Bench(options, display)
     results = []
     for name in names:
@@ -257,10 +296,13 @@ def run_bench(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         scenarios = trio.run(_run_all, names, options, display)
-    except KeyboardInterrupt:
-        display.close()
-        print("trio-batcher bench: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # before the signal watcher was installed
+        print("trio-batcher bench: interrupted; no report", file=sys.stderr)
         return 130
+    except _Stopped as stop:
+        display.close()
+        print(f"trio-batcher bench: {stop}; servers stopped, no report", file=sys.stderr)
+        return stop.status
     finally:
         display.close()
     machine["loadavg_after"] = _loadavg()

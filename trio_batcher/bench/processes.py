@@ -3,15 +3,17 @@
 Theory of operation: each server is ``python -m trio_batcher simulate|serve --port P`` with
 an environment we control (every proxy setting variable inherited from the caller's shell
 is removed first, so a stray ``BATCH_ENABLED`` cannot change a benchmark). Its stdout and
-stderr go to a log file, never to a pipe that could fill and block the child. ``_start``
-picks a free port, spawns the child and polls a readiness URL until it answers 200, the
+stderr go to a log file, never to a pipe that could fill and block the child.
+``running_stack`` picks free ports, spawns every child at once (a proxy needs its upstream
+only when a request comes) and polls each one's readiness URL until it answers 200, the
 child exits (``ServerError`` with the log's tail) or the start deadline passes.
 
 ``running_stack`` owns the children for the length of an ``async with`` block. On the way
 out -- normal exit, error or cancellation -- every child still running gets SIGTERM, then
-SIGKILL if it has not exited within ``STOP_GRACE_S``; this runs in a shielded cancel scope,
-so nothing the caller does can skip it. The proxy's ``SHUTDOWN_GRACE_S`` is set low so
-SIGTERM finishes quickly: the benchmark has no request it wants to outlive the run.
+SIGKILL if it has not exited within ``STOP_GRACE_S`` (the proxies together first, then the
+simulator); this runs in a shielded cancel scope, so nothing the caller does can skip it.
+The proxy's ``SHUTDOWN_GRACE_S`` is set low so SIGTERM finishes quickly: the benchmark has
+no request it wants to outlive the run.
 """
 
 from __future__ import annotations
@@ -172,14 +174,12 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-async def _start(
+async def _spawn(
     name: str,
     argv: list[str],
     env: Mapping[str, str],
-    ready_path: str,
     log_dir: Path,
     port: int,
-    http: httpx2.AsyncClient,
     children: list[_Child],
 ) -> _Child:
     log_path = log_dir / f"{name}.log"
@@ -192,21 +192,50 @@ async def _start(
             stderr=subprocess.STDOUT,
         )
     child = _Child(name, process, log_path, f"http://127.0.0.1:{port}")
-    children.append(child)  # registered before any await: the caller's finally stops it
+    children.append(child)  # registered at once: the caller's finally stops it
+    return child
+
+
+async def _wait_ready(child: _Child, ready_path: str, http: httpx2.AsyncClient) -> None:
+    """Poll ``ready_path`` until it answers 200.
+
+    Raises:
+      ServerError: the child exited first, or ``START_TIMEOUT_S`` passed.
+    """
+    process = child.process
     with trio.move_on_after(START_TIMEOUT_S):
         while process.poll() is None:
             try:
                 response = await http.get(child.url + ready_path, timeout=1.0)
                 if response.status_code == 200:
-                    return child
+                    return
             except httpx2.TransportError:
                 pass
             await trio.sleep(_POLL_S)
         raise ServerError(
-            f"{name} exited with status {process.returncode} before it was ready:\n"
+            f"{child.name} exited with status {process.returncode} before it was ready:\n"
             f"{child.log_tail()}"
         )
-    raise ServerError(f"{name} not ready after {START_TIMEOUT_S:g} s:\n{child.log_tail()}")
+    raise ServerError(f"{child.name} not ready after {START_TIMEOUT_S:g} s:\n{child.log_tail()}")
+
+
+async def _all_ready(waits: list[tuple[_Child, str]], http: httpx2.AsyncClient) -> None:
+    """Wait for every child concurrently; the first failure stops the wait and is raised
+    as itself (not inside an ExceptionGroup)."""
+    failures: list[ServerError] = []
+
+    async def wait(child: _Child, path: str, scope: trio.CancelScope) -> None:
+        try:
+            await _wait_ready(child, path, http)
+        except ServerError as exc:
+            failures.append(exc)
+            scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for child, path in waits:
+            nursery.start_soon(wait, child, path, nursery.cancel_scope)
+    if failures:
+        raise failures[0]
 
 
 async def _stop(child: _Child) -> None:
@@ -242,17 +271,18 @@ async def running_stack(
     base = _base_env()
     http = httpx2.AsyncClient(trust_env=False, timeout=10.0)
     try:
+        # All processes start at once (a proxy needs its upstream only when a request
+        # comes), then we wait for all of them: start-up costs one interpreter start, not N.
         sim_port = free_port()
-        sim_child = await _start(
+        sim_child = await _spawn(
             "simulator",
             ["simulate", "--port", str(sim_port), "--log-level", "warning", *sim_args],
             base,
-            "/_sim/stats?recent=0",
             log_dir,
             sim_port,
-            http,
             children,
         )
+        waits = [(sim_child, "/_sim/stats?recent=0")]
         stack = Stack(SimServer(sim_child, http))
         for name, settings in proxies.items():
             port = free_port()
@@ -265,23 +295,26 @@ async def running_stack(
                 "SHUTDOWN_GRACE_S": "2",
                 **settings,
             }
-            child = await _start(
+            child = await _spawn(
                 f"proxy-{name}",
                 ["serve", "--port", str(port), "--log-level", "warning"],
                 env,
-                "/health",
                 log_dir,
                 port,
-                http,
                 children,
             )
+            waits.append((child, "/health"))
             stack.proxies[name] = ProxyServer(child, http, dict(settings))
+        await _all_ready(waits, http)
         yield stack
     finally:
         with trio.CancelScope(shield=True):
             # Our own idle keep-alive connections go first: a server shutting down gracefully
-            # waits for open connections. Then proxies, so none is mid-call when its
-            # upstream goes away.
+            # waits for open connections. Then the proxies (together), so none is mid-call
+            # when its upstream goes away; then the simulator.
             await http.aclose()
-            for child in reversed(children):
-                await _stop(child)
+            async with trio.open_nursery() as nursery:
+                for child in children[1:]:
+                    nursery.start_soon(_stop, child)
+            if children:
+                await _stop(children[0])

@@ -34,7 +34,7 @@ PROXY_CPU_MAX_MS: Final = 1.0
 ADDED_TTFT_MAX_MS: Final = 2.0
 BATCH_SLACK_MS: Final = 2.0
 
-LIGHT_CLIENTS: Final = 5  # overhead's second pair of phases: a load nothing saturates
+LIGHT_CLIENTS: Final = 5  # the second pair of overhead and stream: a load nothing saturates
 _SIM_POLL_S: Final = 0.005
 _PROXY_POLL_S: Final = 0.010
 
@@ -209,10 +209,15 @@ async def _health_cpu(stack: Stack, workers: int, seconds: float) -> float | Non
 
 
 async def _stream(bench: Bench, scenario: ScenarioResult) -> None:
-    workers = bench.options.concurrency or 20
-    sim_args = ["--ttft-ms", "50", "--tokens-per-s", "100"]
-    scenario.config = {"simulator": sim_args, "proxy": {}, "clients": workers}
     opts = bench.options
+    workers = opts.concurrency or 20
+    sim_args = ["--ttft-ms", "50", "--tokens-per-s", "100"]
+    scenario.config = {
+        "simulator": sim_args,
+        "proxy": {},
+        "clients": workers,
+        "light_clients": LIGHT_CLIENTS,
+    }
     async with running_stack(sim_args, {"proxy": {}}, opts.log_dir / "stream") as stack:
         direct, proxy = await _side_by_side(bench, scenario, stack, workers=workers, stream=True)
         light_direct, light_proxy = await _side_by_side(
@@ -225,19 +230,17 @@ async def _stream(bench: Bench, scenario: ScenarioResult) -> None:
             seconds=opts.phase_s / 2,
             warmup=min(opts.warmup_s, 0.5),
         )
-    assert direct.ttft_ms is not None and proxy.ttft_ms is not None
-    assert direct.itl_ms is not None and proxy.itl_ms is not None
-    added_ttft = _delta(direct.ttft_ms.p50, proxy.ttft_ms.p50)
+    added_ttft = _delta(_p50(direct.ttft_ms), _p50(proxy.ttft_ms))
     scenario.summary = {
         "clients": workers,
-        "ttft_p50_direct_ms": direct.ttft_ms.p50,
-        "ttft_p50_proxy_ms": proxy.ttft_ms.p50,
+        "ttft_p50_direct_ms": _p50(direct.ttft_ms),
+        "ttft_p50_proxy_ms": _p50(proxy.ttft_ms),
         "added_ttft_p50_ms": _round(added_ttft),
-        "added_ttft_p99_ms": _round(_delta(direct.ttft_ms.p99, proxy.ttft_ms.p99)),
-        "itl_p50_direct_ms": direct.itl_ms.p50,
-        "itl_p50_proxy_ms": proxy.itl_ms.p50,
-        "itl_p99_direct_ms": direct.itl_ms.p99,
-        "itl_p99_proxy_ms": proxy.itl_ms.p99,
+        "added_ttft_p99_ms": _round(_delta(_p99(direct.ttft_ms), _p99(proxy.ttft_ms))),
+        "itl_p50_direct_ms": _p50(direct.itl_ms),
+        "itl_p50_proxy_ms": _p50(proxy.itl_ms),
+        "itl_p99_direct_ms": _p99(direct.itl_ms),
+        "itl_p99_proxy_ms": _p99(proxy.itl_ms),
         "streams_per_s_direct": direct.rates.goodput,
         "streams_per_s_proxy": proxy.rates.goodput,
         "proxy_cpu_ms_per_stream": proxy.cpu.proxy_ms_per_request,
@@ -751,6 +754,10 @@ def _round(value: float | None) -> float | None:
 
 def _p50(summary: Summary | None) -> float | None:
     return None if summary is None else summary.p50
+
+
+def _p99(summary: Summary | None) -> float | None:
+    return None if summary is None else summary.p99
 
 
 def _timing(phase: PhaseResult, part: str) -> float | None:

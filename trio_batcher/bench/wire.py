@@ -3,9 +3,9 @@
 Why not httpx2 here: on this 2-core machine the load generator, the proxy and the simulator
 share the CPU, so every millisecond the client spends is taken from the thing being
 measured. httpx2 (request/response models, header normalisation, a pool) spent ~2.3 ms of
-CPU per request in the client; this module spends ~0.35 ms, like ``wrk`` would in C terms
-for us. It speaks exactly what the benchmark needs from our own two servers (hypercorn):
-``Content-Length`` and ``chunked`` bodies, keep-alive, ``Connection: close``.
+CPU per request in the client here; this module spends ~0.35 ms. It speaks exactly what the
+benchmark needs from our own two servers (hypercorn): ``Content-Length`` and ``chunked``
+bodies, keep-alive, ``Connection: close``. It is not a general HTTP client.
 
 A ``Connection`` is used by one task at a time; ``Pool`` hands out idle connections and
 opens new ones on demand (the load drivers bound concurrency, not the pool). A connection

@@ -2,7 +2,9 @@
 upstream, faithful enough that the official ``anthropic`` SDK parses everything it sends.
 
 See ``app.py`` for the request flow, ``replies.py`` for what it answers, ``faults.py`` for
-fault injection and ``stats.py`` for ``/_sim/stats``.
+fault injection (including ``times=N`` directives that fail only the first N requests),
+``ratelimit.py`` for the enforced request/token rate limits, ``overload.py`` for 529
+overload windows and ``stats.py`` for ``/_sim/stats``.
 """
 
 from __future__ import annotations

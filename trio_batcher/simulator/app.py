@@ -6,9 +6,12 @@ response goes out, and, for ``POST /v1/messages``, opens the request's ``Trace``
 guarantees in its ``finally`` that the trace is closed -- as ``abandoned`` when nothing
 else closed it, i.e. when the client disconnected and quart-trio cancelled the handler or
 the stream body (``delivery.py``). The handler does the rest in this order: auth,
-``anthropic-version``, body size and JSON, validation, fault directives and draws, then the
-reply (pure, ``replies.py``), sent on the latency model's schedule either as one JSON body
-or as SSE events. Shared state (``state.py``) is only touched between checkpoints.
+``anthropic-version``, body size and JSON, validation, fault directive syntax, the
+enforced rate limits (``ratelimit.py``: 429, nothing charged) and overload windows
+(``overload.py``: 529), fault directives and draws, then the reply (pure, ``replies.py``),
+sent on the latency model's schedule either as one JSON body or as SSE events. Shared state
+(``state.py``) is only touched between checkpoints, so a request's rate-limit check and
+charge happen at once, and the headers sent with its response show the bucket it left.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Any, Final, cast, final
 
 import trio
@@ -31,7 +35,7 @@ from .errors import DEFAULT_MESSAGES, SimulatorError, error_json, error_type_for
 from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_faults, parse_faults
 from .latency import reply_delay, schedule
 from .models import find_model, list_models
-from .prompt import analyse_prompt
+from .prompt import InputUsage, analyse_prompt
 from .replies import Reply
 from .sse import render_stream
 from .state import SimulatorState
@@ -237,9 +241,10 @@ async def _read_json(config: SimulatorConfig) -> tuple[bytes, Any]:
 
 
 async def _messages(state: SimulatorState) -> Response:
-    """``POST /v1/messages``: checks in the API's order (auth, version, body, validation),
-    then faults (header and embedded directives, then one draw from the configured rates),
-    then the reply on the latency model's schedule. Every way out closes the trace."""
+    """``POST /v1/messages``: checks in the API's order (auth, version, body, validation,
+    fault directive syntax), then the enforced rate limits (429), an overload window (529),
+    then faults (directives, then one draw from the configured rates), then the reply on the
+    latency model's schedule. Every way out closes the trace."""
     config = state.config
     trace: Trace = cast(dict[str, Any], request.scope)[_TRACE]
     # The latency model counts from the request's arrival, on trio's clock.
@@ -252,6 +257,13 @@ async def _messages(state: SimulatorState) -> Response:
         faults = parse_faults(header) if header else NO_FAULTS
         faults = faults.merged(embedded_faults(body))
         trace.stream = body.get("stream") is True
+        if state.transient_spent(faults):
+            faults = NO_FAULTS
+        prompt = analyse_prompt(body, seed=config.seed, cache_hint=b"cache_control" in raw)
+        reply_tokens = config.reply_tokens if faults.tokens is None else faults.tokens
+        reply, content = state.reply(body, prompt, InputUsage(prompt.input_tokens), reply_tokens)
+        _check_pressure(state, trace, prompt.input_tokens + reply.output_tokens)
+        state.use_transient(faults)
         drawn = draw_status(config, state.rng)
         if faults is not NO_FAULTS:
             trace.fault = faults.describe()
@@ -261,12 +273,12 @@ async def _messages(state: SimulatorState) -> Response:
             await trio.sleep_forever()
         status = faults.status or drawn
         if status:
-            raise _fault_error(status, faults, config)
+            error = _fault_error(status, faults, config)
+            trace.retry_after = _retry_after_of(error)
+            raise error
 
-        prompt = analyse_prompt(body, seed=config.seed, cache_hint=b"cache_control" in raw)
         usage = state.cache.usage(prompt, now=time.monotonic())
-        reply_tokens = config.reply_tokens if faults.tokens is None else faults.tokens
-        reply, content = state.reply(body, prompt, usage, reply_tokens)
+        reply = replace(reply, input_usage=usage)
         trace.output_tokens = reply.output_tokens
         latency = faults.latency_config(config)
         offsets = schedule(reply.token_pieces, latency, state.rng)
@@ -290,6 +302,46 @@ async def _messages(state: SimulatorState) -> Response:
         return _error_response(error)
 
 
+def _check_pressure(state: SimulatorState, trace: Trace, cost: int) -> None:
+    """The enforced rate limits, then the overload schedule.
+
+    Raises:
+      SimulatorError: 429 ``rate_limit_error`` when a bucket has no room (nothing is
+        charged), or 529 ``overloaded_error`` inside an overload window; both carry an
+        integer ``retry-after``.
+    """
+    now = trio.current_time()
+    if state.limits.enabled:
+        refused = state.limits.admit(cost, now)
+        if refused is not None:
+            trace.fault = "rate_limit"
+            trace.retry_after = refused.retry_after
+            unit = "requests" if refused.resource == "requests" else "input and output tokens"
+            period = f"{state.config.ratelimit_period_s:g} s"
+            raise SimulatorError(
+                429,
+                f"This request would exceed your organization's rate limit of {refused.limit} "
+                f"{unit} per {period}. Retry after {refused.retry_after} s.",
+                type="rate_limit_error",
+                headers={"retry-after": str(refused.retry_after)},
+            )
+    overloaded = state.overload.retry_after(now)
+    if overloaded is not None:
+        trace.fault = "overload"
+        trace.retry_after = overloaded
+        raise SimulatorError(
+            529,
+            DEFAULT_MESSAGES["overloaded_error"],
+            type="overloaded_error",
+            headers={"retry-after": str(overloaded)},
+        )
+
+
+def _retry_after_of(error: SimulatorError) -> float | None:
+    raw = error.headers.get("retry-after")
+    return None if raw is None else float(raw)
+
+
 def _reply_response(state: SimulatorState, trace: Trace, reply: Reply, message_id: str) -> Response:
     data = json.dumps(reply.message_json(message_id)).encode()
     trace.first_token_at = time.monotonic()
@@ -300,7 +352,7 @@ def _reply_response(state: SimulatorState, trace: Trace, reply: Reply, message_i
 def _fault_error(status: int, faults: Faults, config: SimulatorConfig) -> SimulatorError:
     kind = error_type_for(status)
     headers: dict[str, str] = {}
-    if status in (429, 529):
+    if status in (429, 529) and not faults.no_retry_after:
         retry = config.retry_after_s if faults.retry_after is None else faults.retry_after
         headers["retry-after"] = f"{retry:g}"
     message = DEFAULT_MESSAGES.get(kind, f"Simulated {status} fault")

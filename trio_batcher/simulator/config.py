@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Final, final
 
@@ -36,6 +37,17 @@ class SimulatorConfig:
       reply_tokens: length of a text reply in tokens (capped by ``max_tokens``).
       max_request_bytes: bodies above this are refused with 413.
       cache_entries: capacity of the prompt-cache LRU.
+      rpm_limit: enforced requests per period (a continuously refilling token bucket, see
+        ``ratelimit.py``); a request finding it empty gets 429 ``rate_limit_error`` with an
+        honest ``retry-after``. ``None``: unlimited.
+      tpm_limit: enforced input + output tokens per period, the same way. ``None``:
+        unlimited.
+      ratelimit_period_s: the period of both limits: an empty bucket is full again after
+        this long. 60 (a minute) is Anthropic's; tests shorten it.
+      overload_every_s: start an overload window (every request answered 529
+        ``overloaded_error``) this often, counting from the first request; 0 for a single
+        window at the start (see ``overload.py``).
+      overload_for_s: length of each overload window; 0 means never overloaded.
     """
 
     ttft_ms: float = 0
@@ -50,6 +62,11 @@ class SimulatorConfig:
     reply_tokens: int = 24
     max_request_bytes: int = MAX_REQUEST_BYTES
     cache_entries: int = 1024
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    ratelimit_period_s: float = 60.0
+    overload_every_s: float = 0
+    overload_for_s: float = 0
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "tokens_per_s", "retry_after_s"):
@@ -62,3 +79,14 @@ class SimulatorConfig:
             raise ValueError("SimulatorConfig fault rates must be >= 0 and sum to at most 1")
         if self.reply_tokens < 0 or self.max_request_bytes < 1 or self.cache_entries < 0:
             raise ValueError("SimulatorConfig sizes must be positive")
+        for name in ("rpm_limit", "tpm_limit"):
+            limit = getattr(self, name)
+            if limit is not None and limit < 1:
+                raise ValueError(f"SimulatorConfig.{name} must be >= 1 (or None for no limit)")
+        if not (math.isfinite(self.ratelimit_period_s) and self.ratelimit_period_s > 0):
+            raise ValueError("SimulatorConfig.ratelimit_period_s must be > 0")
+        every, length = self.overload_every_s, self.overload_for_s
+        if not (math.isfinite(every) and math.isfinite(length) and every >= 0 and length >= 0):
+            raise ValueError("SimulatorConfig overload_every_s/overload_for_s must be >= 0")
+        if every > 0 and length >= every:
+            raise ValueError("SimulatorConfig.overload_for_s must be shorter than overload_every_s")

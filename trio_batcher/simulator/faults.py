@@ -11,6 +11,14 @@ Two sources, merged per request:
 
 A directive with an unknown key or a bad value is a 400, so a typo in a test fails loudly
 instead of silently testing nothing.
+
+``times=N`` makes a directive transient, so a client's retry can succeed: only the first N
+requests carrying it are faulted; later ones are served as if it were absent (all of its
+keys, latency overrides included). Requests are matched by the directive's canonical text
+(``Faults.describe()`` of the merged header and embedded directives, ``times`` included),
+counted in the app's state from the first request or the last ``/_sim/reset``; add
+``tag=<word>`` to give otherwise identical directives separate counts. A request refused
+before faults apply (rate limit, overload window) does not use one up.
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ class Faults:
         ``message_start``, before any block), or in place of ``message_delta`` if the reply
         is shorter, and stop.
       stream_error_first: in a stream, send the error event first, before ``message_start``.
+      no_retry_after: send a 429/529 without ``retry-after`` (as a spend limit does).
+      times: fault only the first ``times`` requests carrying this directive.
+      tag: no effect but to tell otherwise identical ``times`` directives apart.
     """
 
     status: int | None = None
@@ -55,6 +66,9 @@ class Faults:
     hang: bool = False
     stream_error_after: int | None = None
     stream_error_first: bool = False
+    no_retry_after: bool = False
+    times: int | None = None
+    tag: str | None = None
 
     def merged(self, other: Faults) -> Faults:
         """``self`` with every field ``other`` sets taken from ``other``."""
@@ -123,6 +137,15 @@ def _non_negative_int(value: str) -> int:
     return number
 
 
+_TAG: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _tag(value: str) -> str:
+    if not _TAG.fullmatch(value):
+        raise ValueError(value)
+    return value
+
+
 _PARSERS: Final[Mapping[str, Callable[[str], Any]]] = {
     "status": _status,
     "retry_after": _non_negative_float,
@@ -132,6 +155,9 @@ _PARSERS: Final[Mapping[str, Callable[[str], Any]]] = {
     "hang": _flag,
     "stream_error_after": _non_negative_int,
     "stream_error_first": _flag,
+    "no_retry_after": _flag,
+    "times": _non_negative_int,
+    "tag": _tag,
 }
 
 

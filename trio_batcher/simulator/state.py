@@ -1,8 +1,9 @@
 """State one simulator app shares between its requests.
 
 Counters and traces (``stats``), the prompt cache, the seeded RNG for latency jitter and
-fault draws, and a bounded memo of replies. Trio tasks touch it only between checkpoints,
-so no request ever sees another's update half-done.
+fault draws, a bounded memo of replies, the enforced rate limits and overload schedule,
+and the use counts of ``times=N`` directives. Trio tasks touch it only between
+checkpoints, so no request ever sees another's update half-done.
 """
 
 from __future__ import annotations
@@ -14,15 +15,24 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, final
 
+import trio
+
 from .config import SimulatorConfig
+from .faults import Faults
+from .overload import OverloadSchedule
 from .prompt import InputUsage, Prompt, PromptCache
+from .ratelimit import RateLimits
 from .replies import Reply, build_reply
 from .sse import Event, render_content
 from .stats import SimulatorStats
 
 MEMO_ENTRIES: Final = 512
+# Distinct ``times=N`` directives remembered; past this the oldest is forgotten (and would
+# fault again). Tests and benchmarks use a handful.
+TRANSIENT_ENTRIES: Final = 4096
 
-# Plausible account limits for the anthropic-ratelimit-* headers.
+# Plausible account limits for the anthropic-ratelimit-* headers of resources no enforced
+# limit governs.
 LIMITS: Final = {
     "requests": 4_000,
     "tokens": 2_400_000,
@@ -60,12 +70,36 @@ class SimulatorState:
         self._reset_at = b""
         # (digest, reply_tokens) -> [reply, its content events or None]; bounded below.
         self._replies: OrderedDict[tuple[bytes, int], _Memo] = OrderedDict()
+        self.limits = RateLimits(config.rpm_limit, config.tpm_limit, config.ratelimit_period_s)
+        self.overload = OverloadSchedule(config.overload_every_s, config.overload_for_s)
+        # Directive text -> requests it has faulted; bounded by TRANSIENT_ENTRIES.
+        self._transient: OrderedDict[str, int] = OrderedDict()
 
     def reset(self) -> None:
-        """Zero the counters, empty the prompt cache and re-seed the RNG."""
+        """Zero the counters, empty the prompt cache, re-seed the RNG, refill the rate-limit
+        buckets, restart the overload schedule and forget ``times=N`` use counts."""
         self.stats.reset()
         self.cache.clear()
         self.rng.seed(self.config.seed)
+        self.limits.reset()
+        self.overload.reset()
+        self._transient.clear()
+
+    def transient_spent(self, faults: Faults) -> bool:
+        """Whether a ``times=N`` directive has already faulted N requests."""
+        if faults.times is None:
+            return False
+        return self._transient.get(faults.describe(), 0) >= faults.times
+
+    def use_transient(self, faults: Faults) -> None:
+        """Count one more request faulted by a ``times=N`` directive."""
+        if faults.times is None:
+            return
+        key = faults.describe()
+        self._transient[key] = self._transient.get(key, 0) + 1
+        self._transient.move_to_end(key)
+        if len(self._transient) > TRANSIENT_ENTRIES:
+            self._transient.popitem(last=False)
 
     def reply(
         self, body: dict[str, Any], prompt: Prompt, usage: InputUsage, reply_tokens: int
@@ -90,19 +124,30 @@ class SimulatorState:
         return replace(memo.reply, input_usage=usage), memo.content
 
     def response_headers(self, request_id: str, status: int) -> list[tuple[bytes, bytes]]:
-        """``request-id`` and the rate-limit headers (reset: the next second, RFC 3339)."""
-        now = int(time.time())
+        """``request-id`` and the ``anthropic-ratelimit-*`` headers.
+
+        A resource an enforced limit governs reports its bucket exactly (``ratelimit.py``);
+        the others report plausible constants whose reset is the next second (and, on a
+        429, a remaining of 0).
+        """
+        wall = time.time()
+        now = int(wall)
         if now != self._reset_second:
             self._reset_second = now
             self._reset_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 1)).encode()
+        enforced = self.limits.headers(trio.current_time(), wall) if self.limits.enabled else {}
         headers = [(b"request-id", request_id.encode())]
         busy = self.stats.in_flight
         for name, limit in LIMITS.items():
-            remaining = limit - 1 - busy if name == "requests" else limit
-            if status == 429:
-                remaining = 0
+            if name in enforced:
+                limit, remaining, reset_at = enforced[name]
+            else:
+                remaining = limit - 1 - busy if name == "requests" else limit
+                if status == 429:
+                    remaining = 0
+                reset_at = self._reset_at
             prefix = b"anthropic-ratelimit-" + name.encode()
             headers.append((prefix + b"-limit", str(limit).encode()))
             headers.append((prefix + b"-remaining", str(max(0, remaining)).encode()))
-            headers.append((prefix + b"-reset", self._reset_at))
+            headers.append((prefix + b"-reset", reset_at))
         return headers

@@ -37,7 +37,10 @@ class Trace:
       finished_at: when the answer was complete or the request was abandoned.
       event_times: when each chunk of a stream was handed to the server (first 256).
       output_tokens: the reply's output tokens, if a reply was generated.
-      fault: the injected fault that shaped the answer, if any.
+      fault: the injected fault that shaped the answer, if any: a directive
+        (``status=529,times=1``), ``status=N`` for a configured-rate draw, ``rate_limit``
+        for a refusal by an enforced limit, ``overload`` inside an overload window.
+      retry_after: the ``retry-after`` (seconds) sent with a 429/529, if any.
     """
 
     request_id: str
@@ -50,6 +53,7 @@ class Trace:
     event_times: list[float] = field(default_factory=list)
     output_tokens: int | None = None
     fault: str | None = None
+    retry_after: float | None = None
     closed: bool = False
 
     def note_event(self, at: float) -> None:
@@ -68,6 +72,7 @@ class Trace:
             "event_times": self.event_times,
             "output_tokens": self.output_tokens,
             "fault": self.fault,
+            "retry_after": self.retry_after,
         }
 
 

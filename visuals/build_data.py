@@ -1,0 +1,165 @@
+"""Turn a bench report into the data files the pages in ``visuals/`` read.
+
+Every page works from the file system (``file://``), where Chromium blocks ``fetch()``, so
+each data set exists twice with the same content: ``data/<name>.json`` (fetched when the
+proxy serves the pages) and ``data/<name>.js``, a classic script that sets a global
+(``window.BENCH_RESULTS = {...};``) and is loaded with a ``<script>`` element.
+
+    python visuals/build_data.py                           # from visuals/data/results.json
+    python visuals/build_data.py bench-results/latest.json # copy that report in first
+
+Writes:
+
+- ``results.json`` / ``results.js`` (``BENCH_RESULTS``): the whole report, for results.html;
+- ``burst-trace.json`` / ``.js`` (``BURST_TRACE``): the ``burst`` scenario's recorded traces,
+  for batching.html -- only when the report ran ``burst``, so a report of other scenarios
+  leaves the last recorded trace in place;
+- ``overload.json`` / ``.js`` (``OVERLOAD``): the ``overload`` scenario, for
+  backpressure.html -- likewise only when the report ran it.
+
+Nothing is derived or smoothed here: the files hold the report's own numbers, cut down to
+what each page shows, plus where they came from (``source``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+HERE: Final = Path(__file__).resolve().parent
+DATA: Final = HERE / "data"
+SCHEMA: Final = "trio-batcher-bench/1"
+
+__all__ = ["build", "js_module", "write_pair"]
+
+
+def js_module(global_name: str, document: Any) -> str:
+    """The ``data/*.js`` form of ``document``: one statement setting ``window[global_name]``.
+
+    JSON is valid JavaScript, so the page sees exactly the JSON twin's values.
+    """
+    body = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return f"window.{global_name} = {body};\n"
+
+
+def write_pair(name: str, global_name: str, document: Any, data_dir: Path = DATA) -> None:
+    """Write ``<name>.json`` and ``<name>.js`` with the same content."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / f"{name}.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    (data_dir / f"{name}.js").write_text(js_module(global_name, document))
+
+
+def _source(report: dict[str, Any]) -> dict[str, Any]:
+    machine = report.get("machine", {})
+    return {
+        "created_at": report.get("created_at"),
+        "command": report.get("command"),
+        "quick": report.get("quick"),
+        "git_commit": machine.get("git_commit"),
+        "cpus": machine.get("cpus"),
+        "loadavg_before": machine.get("loadavg_before"),
+        "loadavg_after": machine.get("loadavg_after"),
+    }
+
+
+def _burst(report: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any]:
+    phases = {
+        p["name"]: {
+            "counts": p["counts"],
+            "latency_ms": p["latency_ms"],
+            "upstream": p["upstream"],
+            "cpu": p["cpu"],
+            "proxy_timing_ms": p["proxy_timing_ms"],
+        }
+        for p in scenario["phases"]
+    }
+    return {
+        "source": _source(report),
+        "ok": scenario["ok"],
+        "config": scenario["config"],
+        "summary": scenario["summary"],
+        "targets": scenario["targets"],
+        "checks": scenario["checks"],
+        "notes": scenario["notes"],
+        "phases": phases,
+        "traces": scenario["traces"],
+    }
+
+
+def _overload(report: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any]:
+    keep = (
+        "name",
+        "rate_per_s",
+        "wall_s",
+        "counts",
+        "rates",
+        "latency_ms",
+        "send_lag_ms",
+        "proxy_timing_ms",
+        "upstream",
+        "cpu",
+        "timeline",
+    )
+    return {
+        "source": _source(report),
+        "ok": scenario["ok"],
+        "title": scenario["title"],
+        "description": scenario["description"],
+        "config": scenario["config"],
+        "summary": scenario["summary"],
+        "targets": scenario["targets"],
+        "checks": scenario["checks"],
+        "notes": scenario["notes"],
+        "phases": [{k: p[k] for k in keep} for p in scenario["phases"]],
+    }
+
+
+def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
+    """Write the pages' data files from the report at ``report_path``; returns their names.
+
+    Raises:
+      ValueError: the file is not a bench report of the schema this script knows.
+    """
+    report = json.loads(report_path.read_text())
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        raise ValueError(f"{report_path}: not a {SCHEMA} report")
+    written = ["results"]
+    write_pair("results", "BENCH_RESULTS", report, data_dir)
+    scenarios = report.get("scenarios", {})
+    burst = scenarios.get("burst")
+    if burst and burst.get("traces", {}).get("batched") and not burst.get("error"):
+        write_pair("burst-trace", "BURST_TRACE", _burst(report, burst), data_dir)
+        written.append("burst-trace")
+    overload = scenarios.get("overload")
+    if overload and overload.get("phases") and not overload.get("error"):
+        write_pair("overload", "OVERLOAD", _overload(report, overload), data_dir)
+        written.append("overload")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "report",
+        nargs="?",
+        type=Path,
+        default=DATA / "results.json",
+        help="a bench report (default: visuals/data/results.json)",
+    )
+    parser.add_argument("--data-dir", type=Path, default=DATA, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        written = build(args.report, args.data_dir)
+    except (OSError, ValueError) as exc:
+        print(f"build_data: error: {exc}", file=sys.stderr)
+        return 2
+    names = ", ".join(f"{n}.json/.js" for n in written)
+    print(f"build_data: wrote {names} in {args.data_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
