@@ -603,3 +603,68 @@ async def test_direct_dispatcher_never_calls_a_job_cancelled_before_its_task_sta
         d.close()
     assert up.started == {}
     assert_idle(d)
+
+
+async def test_direct_call_runs_the_job_in_the_callers_own_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    dispatcher = DirectDispatcher()
+    caller = trio.lowlevel.current_task()
+    ran_in: list[trio.lowlevel.Task] = []
+
+    async def job() -> str:
+        ran_in.append(trio.lowlevel.current_task())
+        assert dispatcher.statistics().running == 1
+        await trio.sleep(1)
+        return "ok"
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dispatcher.run)
+        assert await dispatcher.call(job) == "ok"
+        assert ran_in == [caller] and trio.current_time() == 1
+        stats = dispatcher.statistics()
+        assert (stats.running, stats.succeeded, stats.items_dispatched) == (0, 1, 1)
+        dispatcher.close()
+        with pytest.raises(ProxyError) as refused:
+            await dispatcher.call(job)
+        assert refused.value.code == "shutdown"
+
+
+async def test_cancel_remaining_reaches_inline_calls_with_503(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    dispatcher = DirectDispatcher()
+    outcomes: list[object] = []
+
+    async def stuck() -> None:
+        await trio.sleep_forever()
+
+    async def caller() -> None:
+        try:
+            await dispatcher.call(stuck)
+        except ProxyError as exc:
+            outcomes.append((exc.status, exc.code, trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dispatcher.run)
+        nursery.start_soon(caller)
+        await trio.sleep(5)
+        dispatcher.cancel_remaining()
+    assert outcomes == [(503, "shutdown", 5)]
+    assert dispatcher.statistics().idle
+
+
+async def test_a_batcher_call_goes_through_its_window(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    batcher = Batcher(max_size=10, max_wait=0.02, max_concurrency=2, window_timeout=60)
+    started: list[float] = []
+
+    async def job() -> None:
+        started.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        await batcher.call(job)
+        batcher.close()
+    assert started == [0.02]

@@ -184,20 +184,23 @@ class ChatPipeline:
     # -- non-streaming ------------------------------------------------------------------------
 
     async def _complete(self, tr: TranslatedRequest, arrived: float, deadline: float) -> JSONReply:
-        ticket: Ticket[UpstreamReply] = self._dispatcher.submit_nowait(
-            partial(
-                call_with_resilience,
+        dispatched: float | None = None
+
+        async def job() -> UpstreamReply:
+            nonlocal dispatched
+            dispatched = trio.current_time()
+            return await call_with_resilience(
                 partial(self._upstream.create_message, tr.body),
                 deadline=deadline,
                 ctx=self._resilience,
                 headers_of=_reply_headers_of,
             )
-        )
+
         reply: UpstreamReply | None = None
         status = CLIENT_CLOSED
         try:
             with trio.move_on_at(deadline):
-                reply = await ticket.wait()
+                reply = await self._dispatcher.call(job)
             if reply is None:
                 raise _deadline_error(self._settings)
             status = 200
@@ -208,9 +211,10 @@ class ChatPipeline:
             status = 500
             raise
         finally:
-            ticket.cancel()
             if status != 200:
-                self._record_error(tr.model, status, self._timing(arrived, ticket), stream=False)
+                self._record_error(
+                    tr.model, status, self._timing(arrived, dispatched), stream=False
+                )
         body = translate_response(
             reply.message,
             model=tr.model,
@@ -218,7 +222,7 @@ class ChatPipeline:
             created=int(time.time()),
         )
         timing = self._timing(
-            arrived, ticket, reply.started_at, reply.first_byte_at, reply.finished_at
+            arrived, dispatched, reply.started_at, reply.first_byte_at, reply.finished_at
         )
         if self._metrics is not None:
             self._metrics.record_success(tr.model, reply.message.get("usage") or {}, timing)
@@ -298,17 +302,16 @@ class ChatPipeline:
     def _timing(
         self,
         arrived: float,
-        ticket: Ticket[Any],
+        dispatched: float | None,
         started_at: float | None = None,
         first_byte_at: float | None = None,
         finished_at: float | None = None,
         first_token_at: float | None = None,
     ) -> Timing:
         now = trio.current_time()
-        dispatched = ticket.started_at if ticket.started_at is not None else now
         return Timing(
             total=now - arrived,
-            queue=max(0.0, dispatched - arrived),
+            queue=max(0.0, (now if dispatched is None else dispatched) - arrived),
             upstream_ttfb=None
             if started_at is None or first_byte_at is None
             else first_byte_at - started_at,
@@ -439,7 +442,7 @@ class _StreamRelay:
     def _timing(self) -> Timing:
         return self._pipeline._timing(
             self._arrived,
-            self._ticket,
+            self._ticket.started_at,
             self._upstream_started,
             self._upstream_first_byte,
             None,
@@ -448,12 +451,27 @@ class _StreamRelay:
 
     async def body(self) -> AsyncIterator[bytes]:
         try:
-            for piece in self._prelude:
-                yield piece
-            self._prelude = []
+            if self._prelude:
+                yield b"".join(self._prelude)
+                self._prelude = []
             while (item := await self._next()) is not None:
-                for piece in self._feed(*item):
-                    yield piece
+                out = self._feed(*item)
+                # Events already buffered go out in the same write: when the upstream is
+                # ahead of the client this is one send per scheduling turn, not one per
+                # token; when it is not, nothing is buffered and nothing waits.
+                while True:
+                    try:
+                        more = self._recv.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    try:
+                        out += self._feed(*more)
+                    except UpstreamStreamError:
+                        if out:
+                            yield b"".join(out)
+                        raise
+                if out:
+                    yield b"".join(out)
             for chunk in self._translator.finish():
                 yield encode_data(chunk)
             yield DONE

@@ -280,6 +280,8 @@ class Dispatcher(Protocol):
 
     async def submit(self, job: Job[T]) -> T: ...
 
+    async def call(self, job: Job[T]) -> T: ...
+
     def statistics(self) -> DispatchStatistics: ...
 
     async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
@@ -326,6 +328,9 @@ class _DispatcherBase:
             "shut_down": 0,
         }
         self._flushed_by = {"size": 0, "time": 0, "drain": 0}
+        # Jobs running inline in their callers' tasks (see call()), so cancel_remaining()
+        # can reach them. Bounded by what the admission gate lets in.
+        self._inline: dict[trio.CancelScope, None] = {}
         self._submitted = 0
         self._dispatched = 0
 
@@ -361,6 +366,39 @@ class _DispatcherBase:
         finally:
             ticket.cancel()  # no-op once done; abandons the job if we were cancelled
 
+    async def call(self, job: Job[T]) -> T:
+        """The result of ``job``, run in the caller's own task when nothing needs to wait.
+
+        With no window and no limiter (the direct path), a job has nothing to wait for, so
+        it runs here: no task to start, no scheduler turn before the upstream call. The
+        guarantees are ``submit``'s: 503 once closed, the caller's cancellation cancels it,
+        ``cancel_remaining()`` cancels it with 503 ``shutdown``, and it counts as
+        ``running`` meanwhile. Otherwise this is ``submit``.
+        """
+        if not self._runs_inline():
+            return await self.submit(job)
+        if self._closed:
+            raise shutdown_error()
+        scope = trio.CancelScope()
+        self._inline[scope] = None
+        self._submitted += 1
+        self._dispatched += 1
+        self._phase_counts["running"] += 1
+        try:
+            with scope:
+                value = await job()
+        except Exception:
+            self._resolutions["failed"] += 1
+            raise
+        finally:
+            del self._inline[scope]
+            self._phase_counts["running"] -= 1
+        if scope.cancelled_caught:  # cancel_remaining(), not the caller: answer 503
+            self._resolutions["shut_down"] += 1
+            raise shutdown_error()
+        self._resolutions["succeeded"] += 1
+        return value
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own every job's task; return after ``close()`` once everything admitted has drained."""
         if self._started:
@@ -395,6 +433,8 @@ class _DispatcherBase:
         self.close()
         for ticket in list(self._unresolved):
             ticket._resolve_error(shutdown_error(), "shut_down")
+        for scope in self._inline:
+            scope.cancel()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -434,6 +474,10 @@ class _DispatcherBase:
         )
 
     # Hooks for subclasses.
+
+    def _runs_inline(self) -> bool:
+        """Whether ``call`` may run a job in its caller's task (nothing to wait for)."""
+        return False
 
     def _admit(self, ticket: Ticket[Any], nursery: trio.Nursery) -> None:
         raise NotImplementedError
@@ -565,6 +609,9 @@ class DirectDispatcher(_DispatcherBase):
 
     def __init__(self, *, limiter: trio.CapacityLimiter | None = None) -> None:
         super().__init__(limiter)
+
+    def _runs_inline(self) -> bool:
+        return self._limiter is None
 
     def _admit(self, ticket: Ticket[Any], nursery: trio.Nursery) -> None:
         ticket._mark_flushed(ticket.enqueued_at)
