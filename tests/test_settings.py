@@ -78,6 +78,21 @@ def test_bad_value_names_the_variable_and_the_problem(name: str, value: str, pro
     assert str(info.value).startswith(f"{name}: ")
 
 
+def test_a_malformed_pricing_file_is_a_settings_error(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "prices.json"
+    bad.write_text('{"families": {"claude-x": {"input": "cheap"}}}')
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"PRICING_FILE": str(bad)})
+    assert info.value.name == "PRICING_FILE"
+
+
+def test_adaptive_concurrency_needs_batching() -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"BATCH_ADAPTIVE": "1"})
+    assert info.value.name == "BATCH_ADAPTIVE"
+    assert Settings.from_env({"BATCH_ADAPTIVE": "1", "BATCH_ENABLED": "1"}).batch_adaptive
+
+
 def test_repr_never_shows_secrets() -> None:
     settings = Settings(
         anthropic_api_key="sk-ant-secret", proxy_api_keys=("pk-1",), metrics_token="mt"

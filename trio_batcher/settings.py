@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
+from .pricing import load_pricing
+
 ANTHROPIC_VERSIONS: Final = ("2023-06-01", "2026-10-21")
 
 
@@ -402,6 +404,11 @@ class Settings:
         Raises:
           SettingsError: naming the setting that cannot be honoured.
         """
+        if self.pricing_file is not None:
+            try:
+                load_pricing(self.pricing_file)
+            except ValueError as exc:
+                raise SettingsError("PRICING_FILE", str(exc)) from None
         if self.batch_adaptive and not self.batch_enabled:
             raise SettingsError(
                 "BATCH_ADAPTIVE",
