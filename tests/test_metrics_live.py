@@ -85,6 +85,11 @@ async def test_counts_equal_successes_errors_and_shed_and_prometheus_agrees() ->
         for part in ("queue_ms", "upstream_ms", "upstream_ttfb_ms", "overhead_ms", "ttft_ms"):
             assert snapshot["timing"][part]["p50"] is not None, part
         assert snapshot["concurrency"]["active"] == 0
+        upstream = snapshot["upstream"]
+        assert upstream["attempts"] == n_ok + n_err  # retries are off here: one attempt each
+        assert upstream["retries"] == 0
+        failures = {k: v for k, v in upstream["failures_by_signal"].items() if v}
+        assert failures == {"server_error": 1, "overloaded": 1, "rejected": 1}
 
         prom = await http.get(f"{url}/metrics/prometheus")
         assert prom.status_code == 200 and prom.headers["content-type"].startswith("text/plain")

@@ -376,9 +376,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     async def metrics_json() -> Response:
         rt = _metrics_runtime()
         assert rt.metrics is not None
-        return json_response(
-            rt.metrics.snapshot(rt.gauges()), headers={"Cache-Control": "no-store"}
-        )
+        snapshot = rt.metrics.snapshot(rt.gauges())
+        snapshot["upstream"] = rt.upstream_statistics()
+        return json_response(snapshot, headers={"Cache-Control": "no-store"})
 
     @app.get("/metrics/prometheus")
     async def metrics_prometheus() -> Response:
