@@ -605,11 +605,11 @@ _WALL = datetime(2026, 1, 1, tzinfo=UTC)
 async def test_a_resource_at_zero_holds_new_calls_until_its_reset(
     autojump_clock: trio.testing.MockClock, resource: str
 ) -> None:
+    # Without the resource's limit, the whole time to its reset is all we know.
     ctx = Resilience(wall_clock=lambda: _WALL)
     headers = {
         f"anthropic-ratelimit-{resource}-remaining": "0",
         f"anthropic-ratelimit-{resource}-reset": "2026-01-01T00:00:03Z",
-        "anthropic-ratelimit-requests-limit": "50",
     }
     first = FakeUpstream([Step(headers=headers)])
     await call(first, ctx)
@@ -618,6 +618,23 @@ async def test_a_resource_at_zero_holds_new_calls_until_its_reset(
     assert first.starts == [0.0]
     assert second.starts == [3.0]
     assert ctx.statistics().ratelimit_holds == 1
+
+
+async def test_an_exhausted_bucket_holds_only_until_one_unit_has_refilled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The reset is when the bucket is full again: 50 requests refill over 3 s, so the first
+    # one is back after 3 / 50 s, and holding longer would refuse work the upstream takes.
+    ctx = Resilience(wall_clock=lambda: _WALL)
+    headers = {
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2026-01-01T00:00:03Z",
+        "anthropic-ratelimit-requests-limit": "50",
+    }
+    await call(FakeUpstream([Step(headers=headers)]), ctx)
+    second = FakeUpstream()
+    await call(second, ctx)
+    assert second.starts == [0.06]
 
 
 async def test_remaining_above_zero_holds_nothing(autojump_clock: trio.testing.MockClock) -> None:

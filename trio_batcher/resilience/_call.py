@@ -76,6 +76,7 @@ class Resilience:
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.config = config = config or ResilienceConfig()
+        self._limiter = limiter
         self.cooldown = Cooldown(enabled=config.coordinated)
         self.budget = RetryBudget(
             config.budget_ratio,
@@ -128,14 +129,21 @@ class Resilience:
         )
 
     def observe_headers(self, headers: Mapping[str, str]) -> None:
-        """Hold new calls until the reset of any rate-limit resource whose remaining is 0.
+        """Hold new calls while a rate-limit resource is exhausted (remaining 0).
+
+        The hold lasts until the upstream bucket has refilled as many units as the limiter
+        releases at once (one without a limiter), not until it is full again.
 
         Takes any upstream response's headers (or an upstream error's translated ones). The
         hold is capped at ``max_wait_s`` and, like a cooldown, only ever extends.
         """
         if not self.cooldown.enabled:
             return
-        hold = ratelimit_hold(headers, self._wall_clock())
+        limiter = self._limiter
+        units = 1
+        if limiter is not None and limiter.total_tokens != math.inf:
+            units = max(1, int(limiter.total_tokens))
+        hold = ratelimit_hold(headers, self._wall_clock(), units)
         if hold is None or hold <= 0:
             return
         until = trio.current_time() + min(hold, self.config.max_wait_s)

@@ -38,12 +38,14 @@ def _is_zero(value: str | None) -> bool:
     return value is not None and value.strip() == "0"
 
 
-def ratelimit_hold(headers: Mapping[str, str], now: datetime) -> float | None:
-    """Seconds until the latest reset among resources whose remaining is 0.
+def ratelimit_hold(headers: Mapping[str, str], now: datetime, units: int = 1) -> float | None:
+    """Seconds until an exhausted resource (remaining 0) has room for one more unit.
 
     Args:
       headers: response headers, any case.
       now: the wall-clock instant the headers are read at (timezone-aware).
+      units: how many units must have refilled: the calls the proxy will release at once
+        when the hold ends (its concurrency cap), so they do not all race for one unit.
 
     Returns:
       ``None`` when no resource is exhausted (or none says when it resets); otherwise the
@@ -53,11 +55,19 @@ def ratelimit_hold(headers: Mapping[str, str], now: datetime) -> float | None:
     hold: float | None = None
     for resource in _RESOURCES:
         wait: float | None = None
+        limit = lower.get(f"anthropic-ratelimit-{resource}-limit")
         if _is_zero(lower.get(f"anthropic-ratelimit-{resource}-remaining")):
             wait = _seconds_until(lower.get(f"anthropic-ratelimit-{resource}-reset"), now)
         if wait is None and _is_zero(lower.get(f"x-ratelimit-remaining-{resource}")):
             raw = lower.get(f"x-ratelimit-reset-{resource}")
             wait = None if raw is None else parse_go_duration(raw)
+            limit = lower.get(f"x-ratelimit-limit-{resource}")
+        if wait is not None and limit is not None and limit.strip().isdigit() and int(limit) > 0:
+            # The reset is when the bucket is *full* again; it refills continuously, so
+            # ``units`` are back after reset * units / limit. A request that needs more than
+            # what has refilled by then is answered 429 with an exact retry-after, which
+            # holds new calls too.
+            wait *= min(units, int(limit)) / int(limit)
         if wait is not None and (hold is None or wait > hold):
             hold = wait
     return hold
