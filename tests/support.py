@@ -7,7 +7,7 @@ pytest-trio's built-in ``nursery`` fixture would do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -68,40 +68,48 @@ class Sim:
 
 
 @asynccontextmanager
-async def running_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[Sim]:
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            partial(run_simulator, config or SimulatorConfig(), "127.0.0.1", 0, shutdown=stop)
-        )
+async def _hosting(serve: Callable[..., Awaitable[None]]) -> AsyncIterator[tuple[str, int]]:
+    """Run ``serve(shutdown=..., task_status=...)``; stop it gracefully however the body ends.
+
+    A failing test body must not turn the shutdown into a cancellation: cancelled servers
+    leak sockets, whose warnings then land on whichever test happens to run next.
+    """
+    stop, stopped = trio.Event(), trio.Event()
+
+    async def run(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
         try:
-            yield Sim(f"http://{host}:{port}")
+            await serve(shutdown=stop, task_status=task_status)
+        finally:
+            stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        address: tuple[str, int] = await nursery.start(run)
+        try:
+            yield address
         finally:
             stop.set()
+            with trio.CancelScope(shield=True), trio.move_on_after(15):
+                await stopped.wait()
+
+
+@asynccontextmanager
+async def running_simulator(config: SimulatorConfig | None = None) -> AsyncIterator[Sim]:
+    serve = partial(run_simulator, config or SimulatorConfig(), "127.0.0.1", 0)
+    async with _hosting(serve) as (host, port):
+        yield Sim(f"http://{host}:{port}")
 
 
 @asynccontextmanager
 async def running_proxy(settings: Settings, *, grace: float = 5.0) -> AsyncIterator[str]:
     """Yields the proxy's base URL (without /v1)."""
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            partial(
-                serve_app,
-                create_app(settings),
-                "127.0.0.1",
-                0,
-                shutdown=stop,
-                graceful_timeout=grace,
-            )
-        )
+    serve = partial(serve_app, create_app(settings), "127.0.0.1", 0, graceful_timeout=grace)
+    async with _hosting(serve) as (host, port):
         try:
             yield f"http://{host}:{port}"
         finally:
             with trio.CancelScope(shield=True):
                 while OPEN_CLIENTS:
                     await OPEN_CLIENTS.pop().close()
-            stop.set()
 
 
 def proxy_settings(sim: Sim, **changes: Any) -> Settings:
