@@ -22,9 +22,11 @@ import trio
 
 from trio_batcher.bench import processes
 from trio_batcher.bench.load import Target, _Content, open_loop
-from trio_batcher.bench.results import SCHEMA, Counts
+from trio_batcher.bench.ratelimit import AMPLIFICATION_MAX
+from trio_batcher.bench.report import js_module, render_markdown
+from trio_batcher.bench.results import SCHEMA, Counts, Report, ScenarioResult
 from trio_batcher.bench.scenarios import _steps
-from trio_batcher.bench.stats import parse_server_timing, reconcile, summary_ms
+from trio_batcher.bench.stats import parse_server_timing, reconcile, summary_ms, upstream_checks
 from trio_batcher.bench.wire import Pool, encode_request
 
 # -- arithmetic ------------------------------------------------------------------------------
@@ -71,6 +73,52 @@ def test_reconcile_matches_clients_that_left_to_499_errors() -> None:
     checks = reconcile("p", _counts(aborted=6), _metrics(0, 0, 0), after, stream=True)
     failed = {c.name: (c.expected, c.actual) for c in checks if not c.ok}
     assert failed == {'p: clients vs proxy requests.by_status["499"]': (6, 5)}
+
+
+def _with_upstream(total: int, attempts: int, retries: int, shed: int = 0) -> dict[str, Any]:
+    metrics = _metrics(total, total, 0)
+    metrics["upstream"] = {
+        "attempts": attempts,
+        "retries": retries,
+        "shed_by_cooldown": shed,
+        "cooldowns_opened": 1,
+        "adaptive_limit": None,
+    }
+    return metrics
+
+
+def test_upstream_checks_reconcile_the_simulator_with_the_proxys_attempts() -> None:
+    before = _with_upstream(10, 12, 2)
+    after = _with_upstream(10 + 20, 12 + 23, 2 + 3)  # 20 requests, 3 of them retried
+    assert [c.ok for c in upstream_checks("p", 23, before, after)] == [True, True]
+    failed = [c.name for c in upstream_checks("p", 22, before, after) if not c.ok]
+    assert failed == ["p: every upstream attempt the proxy counted reached the simulator"]
+    # A request the proxy took on that never reached the upstream is caught too.
+    short = _with_upstream(10 + 21, 12 + 23, 2 + 3)
+    failed = [c.name for c in upstream_checks("p", 23, before, short) if not c.ok]
+    assert failed == ["p: every request the proxy took on made one first attempt"]
+    # ...unless a shared cooldown shed it before any attempt.
+    shed = _with_upstream(10 + 21, 12 + 23, 2 + 3, shed=1)
+    assert all(c.ok for c in upstream_checks("p", 23, before, shed))
+
+
+def test_upstream_checks_without_an_upstream_block_only_bound_the_calls() -> None:
+    checks = upstream_checks("p", 25, _metrics(0, 0, 0), _metrics(20, 20, 0))
+    assert [(c.ok, c.actual) for c in checks] == [(True, 25)]
+    assert not upstream_checks("p", 19, _metrics(0, 0, 0), _metrics(20, 20, 0))[0].ok
+
+
+def test_a_summary_table_is_rendered_as_a_markdown_table() -> None:
+    scenario = ScenarioResult("s", "t", "d", {})
+    scenario.summary = {
+        "side_by_side": {
+            "columns": ["", "ON", "OFF"],
+            "rows": [["upstream 429s", 4, 152], ["errors", {}, {"429": 109}]],
+        }
+    }
+    markdown = render_markdown(Report("now", "cmd", True, {}, [scenario]))
+    assert "| upstream 429s | 4 | 152 |" in markdown
+    assert "| errors | none | 429: 109 |" in markdown
 
 
 def test_summary_uses_nearest_rank_percentiles_in_ms() -> None:
@@ -285,6 +333,10 @@ def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(visuals.read_text()) == report
+    # The pages' file:// twin, in visuals/build_data.py's format.
+    script = visuals.with_suffix(".js").read_text()
+    assert script == js_module("BENCH_RESULTS", report)
+    assert script.startswith("window.BENCH_RESULTS = {") and script.endswith("};\n")
     assert report["schema"] == SCHEMA and report["ok"] is True
     assert list(report["scenarios"]) == ["overhead", "disconnect"]
 
@@ -307,3 +359,67 @@ def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Pa
     markdown = out.with_suffix(".md").read_text()
     assert "## overhead" in markdown and "## disconnect" in markdown
     assert "disconnect" in done.stderr  # the plain progress lines
+
+
+def test_tiny_ratelimit_run_shows_coordinated_backoff_keeping_amplification_low(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trio_batcher.bench",
+            "--scenario",
+            "ratelimit",
+            "--duration",
+            "2",
+            "--out",
+            str(out),
+            "--visuals-json",
+            "",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    report = json.loads(out.read_text())
+    scenario = report["scenarios"]["ratelimit"]
+    failed = [c for c in scenario["checks"] if not c["ok"]]
+    assert done.returncode == 0 and not failed, (failed, done.stderr[-3000:])
+    assert [p["name"] for p in scenario["phases"]] == ["backoff-on", "backoff-off"]
+    reconciled = [c for c in scenario["checks"] if "clients vs proxy" in c["name"]]
+    assert len(reconciled) == 10
+
+    summary = scenario["summary"]
+    on, off = summary["on"], summary["off"]
+    for variant in (on, off):
+        assert {
+            "goodput_per_s",
+            "client_errors_by_status",
+            "latency_p50_ms",
+            "latency_p99_ms",
+            "upstream_429",
+            "upstream_requests",
+            "amplification",
+            "upstream_attempts",
+            "cooldowns_opened",
+        } <= set(variant)
+        assert variant["client_ok"] > 0
+        assert variant["amplification"] == round(
+            variant["upstream_requests"] / variant["client_requests"], 4
+        )
+    assert on["amplification"] <= AMPLIFICATION_MAX
+    assert on["upstream_429"] < off["upstream_429"]
+    # The proxy's own counters agree with the simulator, and only ON shares a cooldown.
+    assert on["upstream_attempts"] == on["upstream_requests"]
+    assert off["upstream_attempts"] == off["upstream_requests"]
+    assert off["cooldowns_opened"] == off["ratelimit_holds"] == 0
+    assert on["cooldowns_opened"] + on["ratelimit_holds"] > 0
+    assert summary["side_by_side"]["columns"] == ["", "coordinated backoff ON", "OFF"]
+    polls = scenario["traces"]["on"]["upstream_status_polls"]
+    assert polls["columns"] == ["t_ms", "ok_total", "r429_total", "requests_total"]
+    assert polls["rows"] and polls["rows"][-1][1] <= on["client_ok"]
+    assert "| upstream 429s (simulator) |" in out.with_suffix(".md").read_text()

@@ -35,6 +35,7 @@ __all__ = ["SCENARIOS", "add_bench_parser", "build_parser", "run_bench"]
 
 DEFAULT_OUT = "bench-results/latest.json"
 DEFAULT_VISUALS_JSON = "visuals/data/results.json"
+VISUALS_GLOBAL = "BENCH_RESULTS"  # visuals/build_data.py: results.js sets window.BENCH_RESULTS
 
 
 def _positive_float(raw: str) -> float:
@@ -78,28 +79,28 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"one of {', '.join(SCENARIOS)}, a comma-separated list, or all (the default)",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="short phases (the whole suite in about a minute)"
+        "--quick", action="store_true", help="short phases (the whole suite in under two minutes)"
     )
     parser.add_argument(
         "--duration",
         type=_positive_float,
         default=None,
         metavar="S",
-        help="seconds per measured phase and per overload step (default 15/8, quick 4/3)",
+        help="seconds per measured phase and per overload step (default 15/8, quick 3/3)",
     )
     parser.add_argument(
         "--concurrency",
         type=_positive_int,
         default=None,
         metavar="N",
-        help="closed-loop clients for overhead (default 50) and stream (default 20)",
+        help="closed-loop clients for overhead (default 50), stream (20) and ratelimit (10)",
     )
     parser.add_argument(
         "--warmup",
         type=_non_negative_float,
         default=None,
         metavar="S",
-        help="unmeasured seconds before each closed-loop phase (default 3, quick 1)",
+        help="unmeasured seconds before each closed-loop phase (default 3, quick 0.5)",
     )
     parser.add_argument(
         "--out",
@@ -111,7 +112,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--visuals-json",
         default=DEFAULT_VISUALS_JSON,
         metavar="PATH",
-        help=f"a copy of the JSON for the pages (default {DEFAULT_VISUALS_JSON}; '' = none)",
+        help=f"a copy of the JSON for the pages, and the same as a script next to it (.js) "
+        f"(default {DEFAULT_VISUALS_JSON}; '' = none)",
     )
     parser.add_argument(
         "--logs",
@@ -315,10 +317,13 @@ def run_bench(args: argparse.Namespace) -> int:
         duration_s=time.monotonic() - started,
     )
     extra = [Path(args.visuals_json)] if args.visuals_json else []
-    markdown = write_report(report, out, *extra)
+    # The pages load data/results.js when opened from the file system: same content.
+    scripts = [(path.with_suffix(".js"), VISUALS_GLOBAL) for path in extra]
+    markdown = write_report(report, out, *extra, scripts=scripts)
+    written = [*extra, *(path for path, _ in scripts)]
     print(
         f"trio-batcher bench: {'PASS' if report.ok else 'FAIL'} in {report.duration_s:.0f} s; "
-        f"wrote {out}, {markdown}" + "".join(f", {p}" for p in extra),
+        f"wrote {out}, {markdown}" + "".join(f", {p}" for p in written),
         file=sys.stderr,
     )
     return 0 if report.ok else 1

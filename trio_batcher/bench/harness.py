@@ -27,7 +27,7 @@ from .processes import SIM_KEY, ProxyServer, ServerError, Stack
 from .profiling import profiled, summarize_folded
 from .progress import Display
 from .results import Check, PhaseResult, ScenarioResult, TargetResult
-from .stats import phase_result, reconcile, upstream_delta
+from .stats import phase_result, reconcile, upstream_checks, upstream_delta
 from .wire import Pool
 
 __all__ = ["MODEL", "Bench", "Options", "Phase", "target_for"]
@@ -54,7 +54,7 @@ class Options:
     @property
     def phase_s(self) -> float:
         """Seconds of a measured closed-loop phase."""
-        return self.duration if self.duration is not None else (4.0 if self.quick else 15.0)
+        return self.duration if self.duration is not None else (3.0 if self.quick else 15.0)
 
     @property
     def step_s(self) -> float:
@@ -63,7 +63,7 @@ class Options:
 
     @property
     def warmup_s(self) -> float:
-        return self.warmup if self.warmup is not None else (1.0 if self.quick else 3.0)
+        return self.warmup if self.warmup is not None else (0.5 if self.quick else 3.0)
 
 
 def target_for(
@@ -146,6 +146,7 @@ class Bench:
         recent: int = 0,
         bucket: float = 1.0,
         concurrent: Callable[[], Awaitable[None]] | None = None,
+        retries: bool = False,
     ) -> Phase:
         """Run one phase and append its result and reconciliation checks to ``scenario``.
 
@@ -155,6 +156,9 @@ class Bench:
           recent: simulator traces to fetch with the final stats.
           concurrent: a task run alongside the driver (e.g. a poller), cancelled when the
             driver returns.
+          retries: the proxy may retry upstream calls in this phase, so the simulator is
+            reconciled with the proxy's upstream attempts (``upstream_checks``) instead of
+            with one call per request.
         """
         server: ProxyServer | None = stack.proxies[proxy] if proxy is not None else None
         if server is not None:
@@ -212,18 +216,23 @@ class Bench:
             scenario.checks += reconcile(
                 name, counts, metrics_before, metrics_after, stream=target.stream
             )
-            took_on = int(metrics_after["requests"]["total"]) - int(
-                metrics_before["requests"]["total"]
-            )
-            scenario.checks.append(
-                Check(
-                    f"{name}: every request the proxy took on reached the upstream once",
-                    result.upstream.requests == took_on,
-                    took_on,
-                    result.upstream.requests,
-                    "proxy requests.total delta (expected) vs simulator requests (actual)",
+            if retries:
+                scenario.checks += upstream_checks(
+                    name, result.upstream.requests, metrics_before, metrics_after
                 )
-            )
+            else:
+                took_on = int(metrics_after["requests"]["total"]) - int(
+                    metrics_before["requests"]["total"]
+                )
+                scenario.checks.append(
+                    Check(
+                        f"{name}: every request the proxy took on reached the upstream once",
+                        result.upstream.requests == took_on,
+                        took_on,
+                        result.upstream.requests,
+                        "proxy requests.total delta (expected) vs simulator requests (actual)",
+                    )
+                )
         else:
             scenario.checks.append(
                 Check(

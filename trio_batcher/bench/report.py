@@ -7,24 +7,46 @@ for people: one table of phases per scenario, then its targets and failed checks
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .results import PhaseResult, Report, ScenarioResult, Summary
 
-__all__ = ["render_markdown", "write_report"]
+__all__ = ["js_module", "render_markdown", "write_report"]
 
 
-def write_report(report: Report, json_path: Path, *extra_json: Path) -> Path:
-    """Write ``json_path``, its markdown twin (``.md``), and copies of the JSON; returns the
-    markdown path."""
-    document = json.dumps(report.to_json(), indent=1, allow_nan=False) + "\n"
+def write_report(
+    report: Report,
+    json_path: Path,
+    *extra_json: Path,
+    scripts: Sequence[tuple[Path, str]] = (),
+) -> Path:
+    """Write ``json_path``, its markdown twin (``.md``), copies of the JSON, and the JSON as
+    classic scripts; returns the markdown path.
+
+    Args:
+      scripts: ``(path, global_name)`` pairs: each file gets ``js_module(global_name, ...)``,
+        for pages opened from the file system, where ``fetch()`` of a JSON file is blocked.
+    """
+    data = report.to_json()
+    document = json.dumps(data, indent=1, allow_nan=False) + "\n"
     for path in (json_path, *extra_json):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(document)
+    for path, global_name in scripts:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(js_module(global_name, data))
     markdown = json_path.with_suffix(".md")
     markdown.write_text(render_markdown(report))
     return markdown
+
+
+def js_module(global_name: str, document: Any) -> str:
+    """``document`` as one statement setting ``window[global_name]``: the same text as
+    ``visuals/build_data.py`` writes, so the pages read a bench run's output directly."""
+    body = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return f"window.{global_name} = {body};\n"
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -91,13 +113,35 @@ def _phase_table(scenario: ScenarioResult) -> list[str]:
     return lines
 
 
+def _is_table(value: object) -> bool:
+    return isinstance(value, dict) and set(value) == {"columns", "rows"}
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "none"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 10 else f"{value:,.1f}"
+    return "–" if value is None else str(value)
+
+
+def _table_lines(table: dict[str, Any]) -> list[str]:
+    """A summary's ``{"columns", "rows"}`` value as a markdown table."""
+    columns = [str(c) for c in table["columns"]]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in table["rows"]]
+    return lines
+
+
 def _summary_lines(summary: dict[str, Any], indent: str = "") -> list[str]:
     lines = []
     for key, value in summary.items():
-        if isinstance(value, dict):
+        if _is_table(value):
+            lines += [f"{indent}- {key}:", "", *_table_lines(value), ""]
+        elif isinstance(value, dict) and value:
             lines.append(f"{indent}- {key}:")
             lines += _summary_lines(value, indent + "  ")
-        elif isinstance(value, list):
+        elif isinstance(value, dict | list):
             lines.append(f"{indent}- {key}: {json.dumps(value)}")
         else:
             lines.append(f"{indent}- {key}: {value}")

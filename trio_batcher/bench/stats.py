@@ -22,7 +22,9 @@ __all__ = [
     "parse_server_timing",
     "phase_result",
     "reconcile",
+    "resilience_delta",
     "summary_ms",
+    "upstream_checks",
     "upstream_delta",
 ]
 
@@ -253,4 +255,64 @@ def reconcile(
             detail="client-side count (expected) vs the proxy's /metrics delta (actual)",
         )
         for field, client, proxy in pairs
+    ]
+
+
+def resilience_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int] | None:
+    """The counters of the proxy's ``/metrics`` ``upstream`` block over a phase (gauges such
+    as ``adaptive_limit`` and ``cooldown_remaining_s`` are left out); ``None`` when either
+    snapshot has no such block."""
+    old, new = before.get("upstream"), after.get("upstream")
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return None
+    return {
+        key: int(value) - int(old.get(key, 0))
+        for key, value in new.items()
+        if isinstance(value, int) and not isinstance(value, bool) and key != "adaptive_limit"
+    }
+
+
+def upstream_checks(
+    phase: str, sim_requests: int, before: Mapping[str, Any], after: Mapping[str, Any]
+) -> list[Check]:
+    """Reconcile the simulator with the proxy when the proxy may retry upstream calls.
+
+    Every attempt the proxy started (``upstream.attempts``, retries included) must have
+    reached the simulator, and nothing else; and every request the proxy took on made
+    exactly one first attempt (``attempts - retries``), except those a shared cooldown shed
+    before any (``shed_by_cooldown``, at most). Without an ``upstream`` block in
+    ``/metrics`` only the weaker fact is checkable: at least one call per request.
+    """
+    took_on = int(after["requests"]["total"]) - int(before["requests"]["total"])
+    counters = resilience_delta(before, after)
+    if counters is None:
+        return [
+            Check(
+                f"{phase}: every request the proxy took on reached the upstream",
+                sim_requests >= took_on,
+                f">= {took_on}",
+                sim_requests,
+                "proxy requests.total delta vs simulator requests; /metrics has no upstream "
+                "block, so retries cannot be told apart",
+            )
+        ]
+    attempts = counters.get("attempts", 0)
+    first = attempts - counters.get("retries", 0)
+    shed = counters.get("shed_by_cooldown", 0)
+    return [
+        Check(
+            f"{phase}: every upstream attempt the proxy counted reached the simulator",
+            sim_requests == attempts,
+            attempts,
+            sim_requests,
+            "proxy upstream.attempts delta (expected) vs simulator requests (actual)",
+        ),
+        Check(
+            f"{phase}: every request the proxy took on made one first attempt",
+            took_on - shed <= first <= took_on,
+            took_on if shed == 0 else f"{took_on - shed}..{took_on}",
+            first,
+            "proxy requests.total delta, less upstream.shed_by_cooldown (expected) vs "
+            "upstream.attempts - upstream.retries (actual)",
+        ),
     ]
