@@ -591,12 +591,12 @@ MESSAGES = [
     ),
     (
         "tool_content_image_allowed",
-        [HI, assistant(tool_calls=[call("c1")]), tool("c1", [image_part("https://x/y.png")])],
+        [HI, assistant(tool_calls=[call("c1")]), tool("c1", [image_part("https://example.com/x/y.png")])],
         None,
         [
             A_HI,
             a_assistant(tool_use("c1")),
-            a_user(tool_result("c1", [image({"type": "url", "url": "https://x/y.png"})])),
+            a_user(tool_result("c1", [image({"type": "url", "url": "https://example.com/x/y.png"})])),
         ],
     ),
     (
@@ -838,10 +838,10 @@ CONTENT = [
     ),
     (
         "image_cache_control",
-        [{**image_part("https://x/c.png"), "cache_control": {"type": "ephemeral"}}],
+        [{**image_part("https://example.com/x/c.png"), "cache_control": {"type": "ephemeral"}}],
         [
             {
-                **image({"type": "url", "url": "https://x/c.png"}),
+                **image({"type": "url", "url": "https://example.com/x/c.png"}),
                 "cache_control": {"type": "ephemeral"},
             }
         ],
@@ -874,8 +874,8 @@ CONTENT = [
     ),
     (
         "text_and_image_in_order",
-        [part("Look:"), image_part("https://x/c.png")],
-        [text("Look:"), image({"type": "url", "url": "https://x/c.png"})],
+        [part("Look:"), image_part("https://example.com/x/c.png")],
+        [text("Look:"), image({"type": "url", "url": "https://example.com/x/c.png"})],
     ),
 ]
 
@@ -925,17 +925,17 @@ ERRORS = [
     ),
     (
         "image_in_system_rejected",
-        request(messages=[system([image_part("https://x/y.png")]), HI]),
+        request(messages=[system([image_part("https://example.com/x/y.png")]), HI]),
         "messages[0].content[0].type",
     ),
     (
         "image_in_assistant_rejected",
-        request(messages=[HI, assistant([image_part("https://x/y.png")]), user("x")]),
+        request(messages=[HI, assistant([image_part("https://example.com/x/y.png")]), user("x")]),
         "messages[1].content[0].type",
     ),
     (
         "image_url_not_object",
-        request(messages=[user([{"type": "image_url", "image_url": "https://x"}])]),
+        request(messages=[user([{"type": "image_url", "image_url": "https://example.com/x"}])]),
         "messages[0].content[0].image_url",
     ),
     (
