@@ -33,6 +33,14 @@ async def _wait_for(sim: Sim, predicate: Any) -> dict[str, Any]:
         return await sim.wait_until(predicate)
 
 
+async def _drain_started(runtime: Any) -> None:
+    """The shutdown trigger runs within a scheduling turn or two of ``stop.set()``; the
+    runtime has no event for it, so check at each checkpoint (no wall-clock margin)."""
+    with trio.fail_after(5):
+        while not runtime.draining:
+            await trio.lowlevel.checkpoint()
+
+
 def _http() -> httpx2.AsyncClient:
     limits = httpx2.Limits(max_connections=400, max_keepalive_connections=0)
     return httpx2.AsyncClient(timeout=30, limits=limits)
@@ -173,8 +181,13 @@ async def test_client_disconnect_mid_stream_closes_the_upstream_stream_at_once()
 @pytest.mark.parametrize(
     "changes",
     [
-        pytest.param({"max_inflight": 1, "max_queue": 4}, id="queued-at-the-gate"),
-        pytest.param({"batch_enabled": True, "batch_max_wait_ms": 60_000}, id="open-window"),
+        pytest.param(
+            {"max_inflight": 1, "max_queue": 4, "metrics_enabled": True}, id="queued-at-the-gate"
+        ),
+        pytest.param(
+            {"batch_enabled": True, "batch_max_wait_ms": 60_000, "metrics_enabled": True},
+            id="open-window",
+        ),
     ],
 )
 async def test_request_abandoned_while_queued_never_reaches_the_upstream(
@@ -192,7 +205,16 @@ async def test_request_abandoned_while_queued_never_reaches_the_upstream(
             with trio.move_on_after(0.3):
                 await http.post(f"{url}/v1/chat/completions", json=_body("abandon me"))
             nursery.cancel_scope.cancel()
-        await trio.sleep(0.2)
+        # Once the proxy has counted every caller as gone (499) with nothing left in
+        # flight, their tickets are resolved: nothing can be dispatched for them any more.
+        closed = 2 if gated else 1
+        with trio.fail_after(5):
+            while True:
+                metrics = (await http.get(f"{url}/metrics")).json()
+                gone = metrics["requests"]["by_status"].get("499", 0)
+                if gone == closed and metrics["concurrency"]["upstream_in_flight"] == 0:
+                    break
+                await trio.sleep(0.01)
         stats = await sim.stats()
         assert stats["requests_total"] == (1 if gated else 0)
         assert all("abandon me" not in json.dumps(t) for t in stats["recent"])
@@ -225,8 +247,8 @@ async def test_shutdown_lets_in_flight_finish_and_refuses_new_requests() -> None
             nursery.start_soon(in_flight)
             await _wait_for(sim, lambda s: s["in_flight"] == 1)
             stop.set()
-            await trio.sleep(0.05)
-            assert app.runtime is not None and app.runtime.draining
+            assert app.runtime is not None
+            await _drain_started(app.runtime)
         assert results == [200]
 
 
@@ -271,7 +293,8 @@ async def test_shutdown_past_grace_answers_every_request_and_refuses_new_ones() 
             await _wait_for(sim, lambda s: s["in_flight"] == 2)
             await trio.sleep(0.3)  # let the stream deliver some content
             stop.set()
-            await trio.sleep(0.05)
+            assert app.runtime is not None
+            await _drain_started(app.runtime)
             late = await keepalive.get(f"{url}/health")
             outcomes["health"] = late.status_code
             late = await keepalive.post(f"{url}/v1/chat/completions", json=_body("too late"))

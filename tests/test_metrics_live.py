@@ -46,7 +46,7 @@ async def test_counts_equal_successes_errors_and_shed_and_prometheus_agrees() ->
         "upstream_coordinated_backoff": False,
     }
     async with (
-        proxy_and_simulator(**changes) as (url, _sim),
+        proxy_and_simulator(**changes) as (url, sim),
         httpx2.AsyncClient(timeout=30) as http,
     ):
         chat = f"{url}/v1/chat/completions"
@@ -65,7 +65,8 @@ async def test_counts_equal_successes_errors_and_shed_and_prometheus_agrees() ->
                 statuses.append((await http.post(chat, json=slow)).status_code)
 
             nursery.start_soon(hold_the_slot)
-            await trio.sleep(0.15)
+            with trio.fail_after(5):  # in flight upstream means it holds the only slot
+                await sim.wait_until(lambda stats: stats["in_flight"] == 1)
             for i in range(n_shed):
                 response = await http.post(chat, json=_body(f"shed {i}"))
                 statuses.append(response.status_code)

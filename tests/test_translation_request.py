@@ -591,12 +591,18 @@ MESSAGES = [
     ),
     (
         "tool_content_image_allowed",
-        [HI, assistant(tool_calls=[call("c1")]), tool("c1", [image_part("https://example.com/x/y.png")])],
+        [
+            HI,
+            assistant(tool_calls=[call("c1")]),
+            tool("c1", [image_part("https://example.com/x/y.png")]),
+        ],
         None,
         [
             A_HI,
             a_assistant(tool_use("c1")),
-            a_user(tool_result("c1", [image({"type": "url", "url": "https://example.com/x/y.png"})])),
+            a_user(
+                tool_result("c1", [image({"type": "url", "url": "https://example.com/x/y.png"})])
+            ),
         ],
     ),
     (
