@@ -410,29 +410,16 @@ class _StreamRelay:
         return [encode_data(chunk) for chunk in chunks]
 
     async def read_prelude(self) -> dict[str, str]:
-        """Read until the first content event, so early failures get a real status code."""
+        """Collect what the pump forwarded up to the first delta, or raise its failure.
+
+        The pump forwards nothing until ``open_until_content`` has read the upstream past its
+        first delta, and an error before that point is the job's (retried, or raised as a
+        ``ProxyError``), so a failure here still becomes a real HTTP status.
+        """
         self._upstream_headers = {}
-        while True:
-            item = await self._next()
-            if item is None:
-                break
+        while (item := await self._next()) is not None:
             name, data = item
-            try:
-                self._prelude += self._feed(name, data)
-            except UpstreamStreamError as exc:
-                status = _stream_error_status(exc.error)
-                raise upstream_error(
-                    status,
-                    {
-                        "type": "error",
-                        "error": {
-                            "type": exc.error["error"].get("code")
-                            or exc.error["error"].get("type"),
-                            "message": exc.error["error"].get("message"),
-                        },
-                    },
-                    self._upstream_headers,
-                ) from None
+            self._prelude += self._feed(name, data)
             if name not in _PRELUDE_EVENTS:
                 break
         headers = _reply_headers(self._tr, self._upstream_headers)
