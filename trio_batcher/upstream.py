@@ -1,14 +1,15 @@
 """The one place that talks to the Anthropic Messages API.
 
-An ``UpstreamClient`` wraps the app's shared ``httpx2.AsyncClient`` (one pool for the whole
-process, owned by the app lifespan) and turns every way a call can go wrong into a
+An ``UpstreamClient`` sends through the app's shared ``UpstreamPool`` (keep-alive httpcore2
+connections to the one upstream origin, owned by the app lifespan; why not
+``httpx2.AsyncClient``: ``upstream_pool``) and turns every way a call can go wrong into a
 ``ProxyError`` the HTTP layer can send as it is: an upstream error status keeps its meaning
 (see ``translation.upstream_error``), a connection failure is a 502, a timeout a 504.
 
-Deadlines are the caller's business (``trio.fail_after`` around the call); the httpx2
+Deadlines are the caller's business (``trio.fail_after`` around the call); the transport
 timeouts here are only a safety net for a peer that stops talking mid-response. Cancelling
-the calling task closes the upstream connection at once: httpx2 runs on trio, so a
-cancelled read drops the socket, and a stream's ``aclose`` runs shielded.
+the calling task closes the upstream connection at once: httpcore2 runs on trio, so a
+cancelled read drops the socket, and a response's ``aclose`` runs shielded.
 """
 
 from __future__ import annotations
@@ -19,35 +20,26 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-import httpx2
+import httpcore2
 import trio
 
 from .errors import ProxyError
 from .settings import Settings
 from .sse import SSEDecoder
 from .translation import upstream_error
+from .upstream_pool import PooledResponse, UpstreamPool
 
 _CONNECT_TIMEOUT_S: Final = 10.0
-_WRITE_TIMEOUT_S: Final = 60.0
 
 
-def new_http_client(settings: Settings) -> httpx2.AsyncClient:
+def new_upstream_pool(settings: Settings) -> UpstreamPool:
     """The process-wide outbound pool.
 
-    The pool itself is not our concurrency limit (the gate and the limiter are), so it is
-    sized generously and never makes a request wait for a connection.
+    The pool itself is not our concurrency limit (the gate and the limiter are), so it never
+    makes a request wait for a connection. Reads and writes have no transport timeout: every
+    call runs under its request's deadline (``REQUEST_TIMEOUT_S``), which cancels them.
     """
-    return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(
-            connect=_CONNECT_TIMEOUT_S,
-            read=settings.request_timeout_s,
-            write=_WRITE_TIMEOUT_S,
-            pool=None,
-        ),
-        limits=httpx2.Limits(max_connections=2048, max_keepalive_connections=256),
-        trust_env=False,
-        follow_redirects=False,
-    )
+    return UpstreamPool(settings.anthropic_base_url, connect_timeout=_CONNECT_TIMEOUT_S)
 
 
 @final
@@ -70,7 +62,7 @@ class UpstreamStream:
     client left.
     """
 
-    def __init__(self, response: httpx2.Response, started_at: float, first_byte_at: float) -> None:
+    def __init__(self, response: PooledResponse, started_at: float, first_byte_at: float) -> None:
         self._response = response
         self.headers: Mapping[str, str] = response.headers
         self.started_at = started_at
@@ -83,11 +75,11 @@ class UpstreamStream:
                 async for chunk in chunks:
                     for event in decoder.feed(chunk):
                         yield event.event, _decode_event(event.event, event.data)
-        except httpx2.TimeoutException:
+        except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream stopped sending mid-stream.", code="upstream_timeout"
             ) from None
-        except httpx2.TransportError as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise ProxyError(
                 502,
                 f"The upstream connection failed mid-stream ({type(exc).__name__}).",
@@ -95,8 +87,7 @@ class UpstreamStream:
             ) from None
 
     async def aclose(self) -> None:
-        with trio.CancelScope(shield=True):
-            await self._response.aclose()
+        await self._response.aclose()
 
 
 def _decode_event(name: str, data: str) -> dict[str, Any]:
@@ -119,30 +110,24 @@ def _decode_event(name: str, data: str) -> dict[str, Any]:
 class UpstreamClient:
     """Calls ``POST {ANTHROPIC_BASE_URL}/v1/messages`` with the configured key and version."""
 
-    def __init__(self, settings: Settings, http: httpx2.AsyncClient) -> None:
-        self._http = http
-        self._url = settings.messages_url
-        self._headers = {
+    def __init__(self, settings: Settings, pool: UpstreamPool) -> None:
+        self._pool = pool
+        self._url = pool.url("/v1/messages")
+        headers = {
             "content-type": "application/json",
             "anthropic-version": settings.anthropic_version,
             "accept": "application/json",
         }
         if settings.anthropic_api_key:
-            self._headers["x-api-key"] = settings.anthropic_api_key
-
-    def _request(
-        self, body: Mapping[str, Any], extra_headers: Mapping[str, str] | None
-    ) -> httpx2.Request:
-        headers = self._headers if not extra_headers else {**self._headers, **extra_headers}
-        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        return self._http.build_request("POST", self._url, content=content, headers=headers)
+            headers["x-api-key"] = settings.anthropic_api_key
+        self._headers = _encode_headers(headers)
 
     async def create_message(
         self, body: Mapping[str, Any], *, extra_headers: Mapping[str, str] | None = None
     ) -> UpstreamReply:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
         started = trio.current_time()
-        response = await self._send(self._request(body, extra_headers))
+        response = await self._send(body, extra_headers)
         try:
             first_byte = trio.current_time()
             raw = await _read(response)
@@ -167,7 +152,7 @@ class UpstreamClient:
     ) -> UpstreamStream:
         """Start a streaming call; returns once the upstream answered 200 with headers."""
         started = trio.current_time()
-        response = await self._send(self._request(body, extra_headers))
+        response = await self._send(body, extra_headers)
         if response.status_code != 200:
             try:
                 raw = await _read(response)
@@ -176,14 +161,22 @@ class UpstreamClient:
             raise upstream_error(response.status_code, raw, response.headers)
         return UpstreamStream(response, started, trio.current_time())
 
-    async def _send(self, request: httpx2.Request) -> httpx2.Response:
+    async def _send(
+        self, body: Mapping[str, Any], extra_headers: Mapping[str, str] | None
+    ) -> PooledResponse:
+        headers = self._headers
+        if extra_headers:
+            extra = _encode_headers(extra_headers)
+            replaced = {name for name, _ in extra}
+            headers = [h for h in headers if h[0] not in replaced] + extra
+        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            return await self._http.send(request, stream=True)
-        except httpx2.TimeoutException:
+            return await self._pool.request(b"POST", self._url, headers, content)
+        except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream did not answer in time.", code="upstream_timeout"
             ) from None
-        except httpx2.TransportError as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise ProxyError(
                 502,
                 f"Could not reach the upstream ({type(exc).__name__}).",
@@ -191,14 +184,29 @@ class UpstreamClient:
             ) from None
 
 
-async def _read(response: httpx2.Response) -> bytes:
+# Everything httpcore2 raises for a connection that failed, short of a timeout.
+_TRANSPORT_ERRORS: Final = (
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.UnsupportedProtocol,
+    httpcore2.ProxyError,
+)
+
+
+def _encode_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
+    ]
+
+
+async def _read(response: PooledResponse) -> bytes:
     try:
-        return await response.aread()
-    except httpx2.TimeoutException:
+        return await response.read()
+    except httpcore2.TimeoutException:
         raise ProxyError(
             504, "The upstream did not finish its answer in time.", code="upstream_timeout"
         ) from None
-    except httpx2.TransportError as exc:
+    except _TRANSPORT_ERRORS as exc:
         raise ProxyError(
             502,
             f"The upstream connection failed ({type(exc).__name__}).",

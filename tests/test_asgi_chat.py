@@ -1,0 +1,146 @@
+"""The ASGI chat endpoint in front of Quart: the edges a Quart view used to handle for us.
+
+In-memory ASGI calls where the test needs a pipeline that misbehaves; real loopback HTTP
+against the simulator everywhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+from support import proxy_and_simulator
+
+from trio_batcher.asgi_chat import ChatEndpoint
+from trio_batcher.chat import ChatPipeline
+
+HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello there"}]}
+
+
+class _Recorder:
+    def __init__(self, body: bytes) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._incoming = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive(self) -> dict[str, Any]:
+        if self._incoming:
+            return self._incoming.pop(0)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    @property
+    def status(self) -> int:
+        return int(self.messages[0]["status"])
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages[1:])
+
+
+def _scope(path: str = "/v1/chat/completions", method: str = "POST") -> dict[str, Any]:
+    return {"type": "http", "path": path, "method": method, "headers": []}
+
+
+async def _inner(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 299, "headers": []})
+    await send({"type": "http.response.body", "body": b"inner"})
+
+
+class _Broken:
+    async def handle(self, payload: object, arrived: float) -> Any:
+        raise RuntimeError("a bug")
+
+
+async def test_before_startup_the_endpoint_answers_503_starting() -> None:
+    endpoint = ChatEndpoint(_inner, lambda: None, max_body_bytes=1000, api_keys=())
+    call = _Recorder(b"{}")
+    await endpoint(_scope(), call.receive, call.send)
+    assert call.status == 503
+    assert b'"code":"starting"' in call.body
+
+
+async def test_other_paths_and_methods_go_to_the_inner_app() -> None:
+    endpoint = ChatEndpoint(_inner, lambda: None, max_body_bytes=1000, api_keys=())
+    for scope in (
+        _scope("/v1/models", "GET"),
+        _scope(method="GET"),
+        _scope("/v1/chat/completions/"),
+    ):
+        call = _Recorder(b"")
+        await endpoint(scope, call.receive, call.send)
+        assert call.status == 299
+
+
+async def test_an_unexpected_error_is_a_logged_openai_shaped_500(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken: Any = _Broken()
+
+    def pipeline() -> ChatPipeline:
+        return broken  # type: ignore[no-any-return]
+
+    endpoint = ChatEndpoint(_inner, pipeline, max_body_bytes=1000, api_keys=())
+    call = _Recorder(b"{}")
+    with caplog.at_level(logging.ERROR, logger="trio_batcher"):
+        await endpoint(_scope(), call.receive, call.send)
+    assert call.status == 500
+    assert b'"message":"Internal proxy error."' in call.body
+    assert "a bug" in caplog.text
+
+
+async def test_chunked_body_over_max_body_bytes_is_413_without_an_upstream_call() -> None:
+    async def chunks() -> AsyncIterator[
+        bytes
+    ]:  # no Content-Length: the limit applies as it arrives
+        yield b'{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"'
+        for _ in range(20):
+            yield b"x" * 100
+        yield b'"}]}'
+
+    async with proxy_and_simulator(max_body_bytes=1000) as (url, sim), httpx2.AsyncClient() as http:
+        response = await http.post(f"{url}/v1/chat/completions", content=chunks())
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "request_entity_too_large"
+        assert (await sim.stats())["requests_total"] == 0
+
+
+async def test_client_that_leaves_while_sending_its_body_costs_nothing() -> None:
+    async with (
+        proxy_and_simulator(metrics_enabled=True) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
+        host, port = url.removeprefix("http://").split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"model"'
+        )
+        await stream.aclose()
+        # The proxy still answers, and nothing reached the upstream or the metrics.
+        reply = await http.post(f"{url}/v1/chat/completions", json=HELLO)
+        assert reply.status_code == 200
+        assert (await sim.stats())["requests_total"] == 1
+        metrics = (await http.get(f"{url}/metrics")).json()
+        assert metrics["requests"]["total"] == 1
+
+
+async def test_stream_response_headers_and_request_field_names_in_headers_are_safe() -> None:
+    body = {**HELLO, "stream": True, "ünknown\r\nx-injected": 1}
+    async with proxy_and_simulator() as (url, _sim), httpx2.AsyncClient() as http:
+        async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+            assert response.headers["cache-control"] == "no-cache"
+            assert response.headers["x-accel-buffering"] == "no"
+            assert "x-injected" not in response.headers
+            ignored = response.headers["x-trio-batcher-ignored-params"]
+            assert ignored.isascii() and "\r" not in ignored and "nknown" in ignored
+            text = (await response.aread()).decode()
+        assert text.rstrip().endswith("data: [DONE]")

@@ -1,0 +1,232 @@
+"""The upstream connection pool, over real loopback sockets.
+
+Against the simulator where a real upstream is needed, and against a tiny raw-socket server
+where the test needs to control exactly when the server closes a connection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from functools import partial
+
+import httpcore2
+import pytest
+import trio
+from support import SIM_KEY, running_simulator
+
+from trio_batcher.upstream_pool import Headers, UpstreamPool
+
+HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"x-api-key", SIM_KEY.encode()),
+    (b"anthropic-version", b"2023-06-01"),
+]
+
+
+def _body(text: str = "hello", *, stream: bool = False) -> bytes:
+    return json.dumps(
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "stream": stream,
+            "messages": [{"role": "user", "content": text}],
+        }
+    ).encode()
+
+
+async def _call(pool: UpstreamPool, text: str = "hello") -> dict[str, object]:
+    response = await pool.request(b"POST", pool.url("/v1/messages"), HEADERS, _body(text))
+    try:
+        raw = await response.read()
+    finally:
+        await response.aclose()
+    assert response.status_code == 200, raw
+    reply: dict[str, object] = json.loads(raw)
+    return reply
+
+
+@asynccontextmanager
+async def _pool(url: str, **kwargs: int) -> AsyncIterator[UpstreamPool]:
+    pool = UpstreamPool(url, connect_timeout=5.0, **kwargs)
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
+
+
+async def test_sequential_calls_reuse_one_connection() -> None:
+    async with running_simulator() as sim, _pool(sim.url) as pool:
+        for _ in range(5):
+            reply = await _call(pool)
+            assert reply["type"] == "message"
+        assert pool.connections_opened == 1
+        assert pool.idle_connections == 1
+
+
+async def test_concurrent_calls_each_get_a_connection_and_all_come_back() -> None:
+    async with running_simulator() as sim, _pool(sim.url) as pool:
+        replies: list[dict[str, object]] = []
+
+        async def one(i: int) -> None:
+            replies.append(await _call(pool, f"caller {i}"))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(one, i)
+        assert len(replies) == 8
+        assert pool.connections_opened == 8
+        assert pool.idle_connections == 8
+        await _call(pool)
+        assert pool.connections_opened == 8  # reused, not a ninth
+
+
+async def test_at_most_max_idle_connections_are_kept() -> None:
+    async with running_simulator() as sim, _pool(sim.url, max_idle=3) as pool:
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(_call, pool)
+        assert pool.connections_opened == 6
+        assert pool.idle_connections == 3
+
+
+async def test_response_closed_before_its_end_closes_the_connection() -> None:
+    async with running_simulator() as sim, _pool(sim.url) as pool:
+        body = _body("a long stream [[sim:tokens=300,tokens_per_s=50]]", stream=True)
+        response = await pool.request(b"POST", pool.url("/v1/messages"), HEADERS, body)
+        async with aclosing(response.aiter_raw()) as chunks:
+            async for _chunk in chunks:
+                break
+        await response.aclose()
+        assert pool.idle_connections == 0  # never handed to the next request half-read
+        stats = await sim.wait_until(lambda s: s["abandoned"] >= 1)
+        assert stats["abandoned"] == 1
+        await _call(pool)
+        assert pool.connections_opened == 2
+
+
+async def test_cancelled_call_leaves_the_pool_consistent() -> None:
+    async with running_simulator() as sim, _pool(sim.url) as pool:
+        await _call(pool)
+        with trio.move_on_after(0.2) as scope:
+            await _call(pool, "wait [[sim:hang=1]]")
+        assert scope.cancelled_caught
+        assert pool.idle_connections == 0  # the hung connection was closed, not pooled
+        await sim.wait_until(lambda s: s["abandoned"] >= 1)
+        reply = await _call(pool)
+        assert reply["type"] == "message"
+        assert pool.connections_opened == 2
+
+
+async def _one_shot_server(
+    replies: list[bytes], task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answers one request per connection with keep-alive, then closes the connection."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += await stream.receive_some(65536)
+            reply = replies.pop(0)
+            await stream.send_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply)
+            )
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handle, listeners)
+
+
+async def test_idle_connection_the_server_closed_is_replaced_not_used() -> None:
+    replies = [b'{"n":1}', b'{"n":2}']
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(_one_shot_server, replies))
+        async with _pool(f"http://127.0.0.1:{port}") as pool:
+            assert await _call_raw(pool) == {"n": 1}
+            assert pool.idle_connections == 1
+            # Wait until the server's close has reached our socket.
+            with trio.fail_after(5):
+                while not pool._idle[0].has_expired():  # noqa: ASYNC110
+                    await trio.sleep(0.001)
+            assert await _call_raw(pool) == {"n": 2}
+            assert pool.connections_opened == 2
+        nursery.cancel_scope.cancel()
+
+
+async def _call_raw(pool: UpstreamPool) -> object:
+    response = await pool.request(b"POST", pool.url("/x"), HEADERS, b"{}")
+    try:
+        raw = await response.read()
+    finally:
+        await response.aclose()
+    assert response.headers["set-cookie"] == "a=1, b=2"
+    return json.loads(raw)
+
+
+async def test_connection_refused_is_connect_error() -> None:
+    with trio.socket.socket() as sock:  # a port nothing listens on
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with _pool(f"http://127.0.0.1:{port}") as pool:
+        with pytest.raises(httpcore2.ConnectError):
+            await pool.request(b"POST", pool.url("/v1/messages"), HEADERS, b"{}")
+        assert pool.idle_connections == 0
+
+
+async def test_closed_pool_refuses_new_requests_and_closes_returning_connections() -> None:
+    async with running_simulator() as sim:
+        pool = UpstreamPool(sim.url, connect_timeout=5.0)
+        response = await pool.request(b"POST", pool.url("/v1/messages"), HEADERS, _body())
+        await pool.aclose()
+        await response.read()
+        await response.aclose()
+        assert pool.idle_connections == 0
+        with pytest.raises(httpcore2.ConnectError):
+            await _call(pool)
+
+
+@pytest.mark.parametrize(
+    ("base", "path", "target", "host"),
+    [
+        ("http://127.0.0.1:8080", "/v1/messages", b"/v1/messages", b"127.0.0.1:8080"),
+        (
+            "http://example.com/anthropic/",
+            "/v1/messages",
+            b"/anthropic/v1/messages",
+            b"example.com",
+        ),
+        ("https://example.com", "/v1/messages", b"/v1/messages", b"example.com"),
+        ("https://example.com:8443/a", "/v1/messages", b"/a/v1/messages", b"example.com:8443"),
+    ],
+)
+def test_urls_and_host_header_follow_the_base_url(
+    base: str, path: str, target: bytes, host: bytes
+) -> None:
+    pool = UpstreamPool(base, connect_timeout=1.0)
+    assert pool.url(path).target == target
+    assert pool._host_header == host
+
+
+def test_base_url_must_be_http_or_https() -> None:
+    with pytest.raises(ValueError, match="scheme"):
+        UpstreamPool("ftp://example.com", connect_timeout=1.0)
+
+
+def test_headers_are_case_insensitive_and_join_repeats() -> None:
+    headers = Headers([(b"Retry-After", b"3"), (b"X-A", b"1"), (b"x-a", b"2")])
+    assert headers["retry-after"] == headers["RETRY-AFTER"] == "3"
+    assert headers.get("Retry-After") == "3"
+    assert headers.get("missing") is None
+    assert headers["x-a"] == "1, 2"
+    assert "X-A" in headers
+    assert 3 not in headers
+    assert sorted(headers) == ["retry-after", "x-a"]
+    assert len(headers) == 2

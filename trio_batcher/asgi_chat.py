@@ -1,0 +1,231 @@
+"""``POST /v1/chat/completions`` served straight from ASGI, in front of Quart.
+
+Why: this is the one route whose cost is multiplied by the traffic. Quart's request machinery
+-- the request and app contexts, werkzeug routing, ``Request`` and ``Response`` objects, the
+before/after hooks, a response sent as three ASGI messages -- is general-purpose work the
+proxy does not need here. Every other route (models, metrics, visuals, and the 404/405
+answers) stays in Quart.
+
+What it keeps from a Quart view, exactly:
+
+- the same answers: ``ProxyError`` becomes its OpenAI-shaped JSON error, anything unexpected
+  a logged 500 ``Internal proxy error.``; a body over ``MAX_BODY_BYTES`` is a 413 (checked
+  against ``Content-Length`` first, then while reading); ``PROXY_API_KEYS`` is enforced;
+- the same cancellation: like quart-trio, the handler runs beside a task waiting for
+  ``http.disconnect``, and a disconnect cancels the handler -- the pipeline then records a
+  499, closes the upstream call, and (mid-stream) closes the relay;
+- streams: ``text/event-stream`` with ``Cache-Control: no-cache`` and ``X-Accel-Buffering:
+  no``, one ASGI message per relay write, no response timeout (``REQUEST_TIMEOUT_S`` bounds
+  it instead). An unexpected error after the first byte cannot change the status any more:
+  it is logged and the response is left unfinished, so the client sees a cut stream rather
+  than a clean end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final, final
+
+import trio
+
+from .auth import bearer_token, key_matches, proxy_key_error
+from .chat import ChatPipeline, JSONReply
+from .errors import ProxyError, error_body
+
+log = logging.getLogger("trio_batcher")
+
+PATH: Final = "/v1/chat/completions"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]
+
+_JSON_HEADERS: Final = ((b"content-type", b"application/json"),)
+_SSE_HEADERS: Final = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+
+
+def body_too_large(max_body_bytes: int) -> ProxyError:
+    return ProxyError(
+        413,
+        f"The request body is larger than MAX_BODY_BYTES ({max_body_bytes} bytes).",
+        code="request_entity_too_large",
+    )
+
+
+def parse_json_body(raw: bytes) -> object:
+    """The request's JSON, or a 400 that says what is wrong with it."""
+    if not raw or not raw.strip():
+        raise ProxyError(400, "The request body is empty; send a JSON object.", code="invalid_json")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProxyError(
+            400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
+        ) from None
+
+
+def _header_value(value: str) -> bytes:
+    # Header values we send come from the upstream or name request fields: keep them to
+    # printable ASCII so that no input can make the response itself invalid.
+    if value.isascii() and value.isprintable():
+        return value.encode("ascii")
+    return "".join(c if " " <= c <= "~" else "?" for c in value).encode("ascii")
+
+
+def _encode_headers(
+    base: tuple[tuple[bytes, bytes], ...], extra: dict[str, str]
+) -> list[tuple[bytes, bytes]]:
+    return [*base, *((name.lower().encode("ascii"), _header_value(v)) for name, v in extra.items())]
+
+
+@final
+class ChatEndpoint:
+    """ASGI middleware: takes ``POST /v1/chat/completions``, passes everything else on.
+
+    Args:
+      inner: the Quart app's ASGI callable (lifespan and every other route).
+      pipeline: returns the running app's ``ChatPipeline``, or None before startup.
+      max_body_bytes: ``MAX_BODY_BYTES``.
+      api_keys: ``PROXY_API_KEYS`` (empty: no key needed).
+    """
+
+    def __init__(
+        self,
+        inner: ASGIApp,
+        pipeline: Callable[[], ChatPipeline | None],
+        *,
+        max_body_bytes: int,
+        api_keys: tuple[str, ...],
+    ) -> None:
+        self._inner = inner
+        self._pipeline = pipeline
+        self._max_body_bytes = max_body_bytes
+        self._api_keys = api_keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+            await self._inner(scope, receive, send)
+            return
+        arrived = trio.current_time()
+        try:
+            pipeline = self._pipeline()
+            if pipeline is None:
+                raise ProxyError(503, "The proxy is starting up.", code="starting")
+            self._authenticate(scope)
+            raw = await self._read_body(scope, receive)
+            if raw is None:
+                return  # the client left while sending its body
+            payload = parse_json_body(raw)
+        except ProxyError as exc:
+            await _send_json(send, exc.body(), exc.status, exc.headers)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            await _answer(pipeline, payload, arrived, send)
+            nursery.cancel_scope.cancel()
+
+    def _authenticate(self, scope: Scope) -> None:
+        if not self._api_keys:
+            return
+        authorization = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        if not key_matches(bearer_token(authorization), self._api_keys):
+            raise proxy_key_error()
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        limit = self._max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise ProxyError(
+                        400, "The Content-Length header is not a number.", code="bad_request"
+                    ) from None
+                if declared > limit:
+                    raise body_too_large(limit)
+                break
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise body_too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send: Send) -> None:
+    """Run the pipeline and send its answer; raises only ``trio.Cancelled``."""
+    try:
+        reply = await pipeline.handle(payload, arrived)
+    except ProxyError as exc:
+        await _send_json(send, exc.body(), exc.status, exc.headers)
+        return
+    except Exception:
+        log.exception("unhandled error on POST %s", PATH)
+        await _send_json(send, error_body("Internal proxy error.", "server_error"), 500)
+        return
+    if isinstance(reply, JSONReply):
+        await _send_json(send, reply.body, reply.status, reply.headers)
+        return
+    try:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": _encode_headers(_SSE_HEADERS, reply.headers),
+            }
+        )
+        async for chunk in reply.body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except Exception:
+        log.exception("unhandled error while streaming POST %s", PATH)
+    finally:
+        aclose = getattr(reply.body, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+        reply.close()
+
+
+async def _send_json(
+    send: Send, body: Any, status: int, headers: dict[str, str] | None = None
+) -> None:
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                *_encode_headers(_JSON_HEADERS, headers or {}),
+                (b"content-length", b"%d" % len(data)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data, "more_body": False})
