@@ -288,7 +288,7 @@ def test_sigterm_stops_the_bench_and_every_server_it_started(tmp_path: Path) -> 
             assert bench.poll() is None and time.monotonic() < deadline, err.read_text()
             time.sleep(0.05)
         servers = _children(bench.pid)
-        assert len(servers) == 2
+        assert len(servers) == 3  # simulator, proxy, floor server
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
@@ -349,6 +349,9 @@ def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Pa
     reconciled = [c for c in overhead["checks"] if "clients vs proxy" in c["name"]]
     assert len(reconciled) == 10 and all(c["ok"] for c in reconciled)
     assert {t["name"] for t in overhead["targets"]} >= {"proxy CPU per request"}
+    floor = overhead["summary"]["floor"]
+    assert floor["requests"] > 0 and floor["failed"] == 0
+    assert floor["cpu_ms_per_request"] > 0 and floor["throughput_ratio"] > 0
 
     disconnect = report["scenarios"]["disconnect"]
     summary = disconnect["summary"]["mid-stream-proxy"]

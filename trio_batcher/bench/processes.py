@@ -151,10 +151,11 @@ class ProxyServer:
 @final
 @dataclass
 class Stack:
-    """One simulator and any number of named proxies in front of it."""
+    """One simulator, any number of named proxies in front of it, perhaps the floor server."""
 
     sim: SimServer
     proxies: dict[str, ProxyServer] = field(default_factory=dict)
+    floor: _Child | None = None
 
 
 def _json_object(response: httpx2.Response, what: str) -> dict[str, Any]:
@@ -181,11 +182,12 @@ async def _spawn(
     log_dir: Path,
     port: int,
     children: list[_Child],
+    module: str = "trio_batcher",
 ) -> _Child:
     log_path = log_dir / f"{name}.log"
     with log_path.open("wb") as log:
         process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "trio_batcher", *argv],
+            [sys.executable, "-m", module, *argv],
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -258,10 +260,13 @@ async def running_stack(
     sim_args: list[str],
     proxies: Mapping[str, Mapping[str, str]],
     log_dir: Path,
+    *,
+    floor: bool = False,
 ) -> AsyncIterator[Stack]:
     """Start a simulator (``simulate`` plus ``sim_args``) and one proxy per entry of
     ``proxies`` (name -> extra settings), each proxy pointed at the simulator with metrics
-    on; yield them; stop them all on exit, whatever happened.
+    on, and with ``floor`` the stack's floor server (``bench.floor``) too; yield them; stop
+    them all on exit, whatever happened.
 
     Raises:
       ServerError: a server did not become ready (its log's tail is in the message).
@@ -305,6 +310,18 @@ async def running_stack(
             )
             waits.append((child, "/health"))
             stack.proxies[name] = ProxyServer(child, http, dict(settings))
+        if floor:
+            port = free_port()
+            stack.floor = await _spawn(
+                "floor",
+                ["--port", str(port), "--upstream", sim_child.url],
+                base,
+                log_dir,
+                port,
+                children,
+                module="trio_batcher.bench.floor",
+            )
+            waits.append((stack.floor, "/"))
         await _all_ready(waits, http)
         yield stack
     finally:

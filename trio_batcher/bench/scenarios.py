@@ -24,6 +24,7 @@ from .load import Abort, Run, Tally, Target, closed_loop, open_loop
 from .processes import Stack, running_stack
 from .ratelimit import run_ratelimit
 from .results import Check, PhaseResult, ScenarioResult, Summary
+from .stats import summary_ms
 from .wire import Pool, encode_request, get_json
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -118,8 +119,11 @@ async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
         "clients": workers,
         "light_clients": LIGHT_CLIENTS,
     }
-    async with running_stack(sim_args, {"proxy": {}}, opts.log_dir / "overhead") as stack:
+    async with running_stack(
+        sim_args, {"proxy": {}}, opts.log_dir / "overhead", floor=True
+    ) as stack:
         direct, proxy = await _side_by_side(bench, scenario, stack, workers=workers, stream=False)
+        floor = await _floor(bench, stack, workers)
         # The same at a load nothing saturates: what one request pays for the extra hop.
         light_direct, light_proxy = await _side_by_side(
             bench,
@@ -137,6 +141,15 @@ async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
     ratio = _ratio(direct.rates.goodput, proxy.rates.goodput)
     added = _delta(direct.latency_ms.p50, proxy.latency_ms.p50)
     cpu = proxy.cpu.proxy_ms_per_request
+    if floor is not None:
+        # The same three figures for the floor server: what the stack allows at best.
+        floor_ratio = _ratio(direct.rates.goodput, floor["goodput_per_s"] or 0.0)
+        floor["throughput_ratio"] = None if floor_ratio is None else round(floor_ratio, 4)
+        floor["added_p50_ms"] = _round(_delta(direct.latency_ms.p50, floor["p50_ms"]))
+        floor["proxy_cpu_above_floor_ms"] = _round(_delta(floor["cpu_ms_per_request"], cpu))
+        scenario.checks.append(
+            Check("floor: every request answered 200", floor["failed"] == 0, 0, floor["failed"])
+        )
     scenario.summary = {
         "clients": workers,
         "throughput_direct_per_s": direct.rates.goodput,
@@ -152,6 +165,7 @@ async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
         ),
         "light_proxy_cpu_ms_per_request": light_proxy.cpu.proxy_ms_per_request,
         "proxy_cpu_ms_per_health_request": yardstick,
+        "floor": floor,
         "cpu_per_request_in_health_requests": (
             None if cpu is None or not yardstick else round(cpu / yardstick, 2)
         ),
@@ -179,6 +193,42 @@ async def _overhead(bench: Bench, scenario: ScenarioResult) -> None:
             lambda v: v <= PROXY_CPU_MAX_MS,
         ),
     ]
+
+
+async def _floor(bench: Bench, stack: Stack, workers: int) -> dict[str, Any] | None:
+    """The direct load through the stack's floor server (``bench.floor``): what hypercorn
+    and httpcore2 cost per request with none of the proxy's work, measured in the same run.
+    """
+    if stack.floor is None:
+        return None
+    opts = bench.options
+    target = target_for("simulator", stack.floor.url)  # the same request as the direct phase
+    pool = Pool(target.host, target.port)
+    meter = CpuMeter({"floor": stack.floor.pid, "simulator": stack.sim.pid})
+    bench.display.line(f"  floor: {workers} clients, closed loop, ~{opts.phase_s:g} s ...")
+    try:
+        await bench.warmup(pool, target, workers, opts.warmup_s)
+        meter.start()
+        run = await closed_loop(pool, target, workers=workers, duration=opts.phase_s)
+        used = meter.stop().seconds
+    finally:
+        await pool.aclose()
+    ok = [o for o in run.outcomes if o.kind == "ok"]
+    floor_cpu = used["floor"]
+    result = {
+        "requests": len(ok),
+        "failed": len(run.outcomes) - len(ok),
+        "goodput_per_s": round(len(ok) / run.wall, 1) if run.wall > 0 else None,
+        "p50_ms": summary_ms(o.latency for o in ok).p50,
+        "cpu_ms_per_request": (
+            None if floor_cpu is None or not ok else round(floor_cpu / len(ok) * 1000.0, 3)
+        ),
+    }
+    bench.display.line(
+        f"  floor: {len(ok)} ok, {result['goodput_per_s']} ok/s, "
+        f"{result['cpu_ms_per_request']} ms CPU per request"
+    )
+    return result
 
 
 async def _health_cpu(stack: Stack, workers: int, seconds: float) -> float | None:
