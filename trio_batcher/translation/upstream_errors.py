@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from functools import lru_cache
 from typing import Any, Final
 
 from ..errors import ProxyError, error_body
@@ -180,25 +181,33 @@ def ratelimit_headers(headers: Mapping[str, str], *, now: datetime | None = None
     """
     upstream = _lower(headers)
     out: dict[str, str] = {}
+    current: datetime | None = None
     for resource in _RESOURCES:
         for field in ("limit", "remaining"):
             value = upstream.get(f"anthropic-ratelimit-{resource}-{field}", "").strip()
             if value.isdigit():
                 out[f"x-ratelimit-{field}-{resource}"] = value
         reset = upstream.get(f"anthropic-ratelimit-{resource}-reset")
-        if reset is None:
+        at = None if reset is None else _instant(reset)
+        if at is None:
             continue
-        try:
-            at = datetime.fromisoformat(reset.strip())
-        except ValueError:
-            continue
-        if at.tzinfo is None:
-            at = at.replace(tzinfo=UTC)
-        current = now or datetime.now(UTC)
-        if current.tzinfo is None:
-            current = current.replace(tzinfo=UTC)
+        if current is None:
+            current = now or datetime.now(UTC)
+            if current.tzinfo is None:
+                current = current.replace(tzinfo=UTC)
         out[f"x-ratelimit-reset-{resource}"] = go_duration((at - current).total_seconds())
     return out
+
+
+@lru_cache(maxsize=64)
+def _instant(text: str) -> datetime | None:
+    """An RFC 3339 instant (UTC if it names no zone), or None. Cached: every response
+    carries the same few reset instants until they pass."""
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def go_duration(seconds: float) -> str:
