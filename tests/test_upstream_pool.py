@@ -7,9 +7,11 @@ where the test needs to control exactly when the server closes a connection.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
+from typing import Any
 
 import httpcore2
 import pytest
@@ -48,7 +50,7 @@ async def _call(pool: UpstreamPool, text: str = "hello") -> dict[str, object]:
 
 
 @asynccontextmanager
-async def _pool(url: str, **kwargs: int) -> AsyncIterator[UpstreamPool]:
+async def _pool(url: str, **kwargs: Any) -> AsyncIterator[UpstreamPool]:
     pool = UpstreamPool(url, connect_timeout=5.0, **kwargs)
     try:
         yield pool
@@ -230,3 +232,42 @@ def test_headers_are_case_insensitive_and_join_repeats() -> None:
     assert 3 not in headers
     assert sorted(headers) == ["retry-after", "x-a"]
     assert len(headers) == 2
+
+
+async def test_https_upstream_handshakes_verifies_and_reuses_the_connection() -> None:
+    """The real upstream is HTTPS: the pool's own trio stream does the TLS handshake."""
+    trustme = pytest.importorskip("trustme")
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from trio_batcher.simulator import SimulatorConfig, create_simulator_app
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    with cert.private_key_pem.tempfile() as key, cert.cert_chain_pems[0].tempfile() as chain:
+        config.certfile, config.keyfile = chain, key
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                partial(
+                    serve,
+                    create_simulator_app(SimulatorConfig()),
+                    config,
+                    shutdown_trigger=stop.wait,
+                )
+            )
+            port = int(binds[0].rsplit(":", 1)[1])
+            trusting = ssl.create_default_context()
+            ca.configure_trust(trusting)
+            async with _pool(f"https://localhost:{port}", ssl_context=trusting) as pool:
+                for _ in range(3):
+                    reply = await _call(pool)
+                    assert reply["type"] == "message"
+                assert pool.connections_opened == 1
+            # Without the test CA the certificate is refused, not silently accepted.
+            async with _pool(f"https://localhost:{port}") as strict:
+                with pytest.raises(httpcore2.ConnectError):
+                    await _call(strict)
+            stop.set()

@@ -9,12 +9,14 @@ A request passes four stations, each of which can end it with a ``ProxyError``:
 2. **admit**: the admission gate hands out a ``Slot`` or sheds the request (429, or 503 while
    shutting down). The slot is held until the reply is completely sent -- for a stream,
    until its last byte -- and released exactly once, in a ``finally``.
-3. **dispatch**: the upstream call is a *job* submitted to the dispatcher (direct, or an
-   admission window). The job runs in a nursery the app lifespan owns, not in the request
-   handler; the handler holds a ``Ticket``. If the client disconnects, quart-trio cancels
-   the handler (or the streaming body generator), whose ``finally`` cancels the ticket:
-   a queued job is never dispatched, a running one has its own cancel scope cancelled and
-   its upstream connection closed at once.
+3. **dispatch**: the upstream call is a *job* given to the dispatcher (direct, or an
+   admission window). A job that has to wait (a window, a limiter token) and every stream
+   runs in a nursery the app lifespan owns, and the handler holds a ``Ticket``; a direct
+   non-streaming job runs in the handler's task under a scope the dispatcher tracks
+   (``Dispatcher.call``). If the client disconnects, the chat endpoint cancels the handler
+   (or the stream relay), whose ``finally`` cancels the ticket: a queued job is never
+   dispatched, a running one has its own cancel scope cancelled and its upstream
+   connection closed at once.
 4. **relay**: a non-stream reply is translated and sent. A stream job pumps upstream SSE
    events into a small bounded channel (so a slow client slows the upstream read instead of
    growing a buffer); the handler reads until the first content event before answering, so

@@ -5,7 +5,9 @@ Theory of operation
 A *job* is a zero-argument async callable the HTTP layer builds for one upstream call. A
 dispatcher turns a job into a :class:`Ticket`; the caller awaits ``ticket.wait()`` (or calls
 :meth:`Dispatcher.submit`, which does both) and calls ``ticket.cancel()`` when its client
-leaves. Callers never run jobs themselves.
+leaves. Callers never run jobs themselves, with one exception: :meth:`call` runs a job in the
+caller's task when nothing would make it wait (no window, no limiter), under a cancel scope
+the dispatcher tracks, with ``submit``'s guarantees.
 
 Ownership. ``run()`` is one long-lived task, started in the app's lifetime nursery. It opens
 the dispatcher's nursery; every other task lives inside it. A *group* (a flushed window, or

@@ -234,7 +234,8 @@ class PooledResponse:
 class UpstreamPool:
     """Connections to one origin (``base_url``), reused most-recently-used first.
 
-    ``connect_timeout`` bounds opening a connection (and its TLS handshake). ``read`` and
+    ``connect_timeout`` bounds opening a connection (and its TLS handshake, verified against
+    the system's CAs unless ``ssl_context`` says otherwise). ``read`` and
     ``write`` timeouts, if given, bound each read and write (so a slow stream is fine as long
     as bytes keep coming); by default there are none, because the caller's cancel scope is
     the deadline.
@@ -249,6 +250,7 @@ class UpstreamPool:
         write_timeout: float | None = None,
         max_idle: int = 256,
         keepalive_expiry: float = _KEEPALIVE_EXPIRY_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         url = httpcore2.URL(base_url)
         if url.scheme not in (b"http", b"https"):
@@ -260,7 +262,9 @@ class UpstreamPool:
         if url.port is not None and url.port != default_port:
             host += b":%d" % url.port
         self._host_header = host
-        self._ssl_context = httpcore2.default_ssl_context() if url.scheme == b"https" else None
+        if url.scheme == b"https" and ssl_context is None:
+            ssl_context = httpcore2.default_ssl_context()  # system CAs, verified
+        self._ssl_context = ssl_context
         self._backend = _TrioNetworkBackend()
         self._timeouts = {
             "connect": connect_timeout,

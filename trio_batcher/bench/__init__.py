@@ -210,7 +210,8 @@ def _machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "versions": {
-            name: _version(name) for name in ("trio", "hypercorn", "quart-trio", "httpx2")
+            name: _version(name)
+            for name in ("trio", "hypercorn", "quart-trio", "httpx2", "httpcore2")
         },
         "git_commit": _git_commit(),
         "loadavg_before": _loadavg(),
