@@ -161,6 +161,13 @@ def assert_report_shown(opened: Opened, report: dict[str, Any]) -> None:
                 assert_shows(opened, f"{prefix}-p50", phase["latency_ms"]["p50"], 1)
                 assert_shows(opened, f"{prefix}-p99", phase["latency_ms"]["p99"], 1)
             assert opened.number(f"{prefix}-maxinflight") == phase["upstream"]["max_in_flight"]
+    floor = report["scenarios"].get("overhead", {}).get("summary", {}).get("floor")
+    if floor:
+        assert_shows(opened, "floor-goodput", floor["goodput_per_s"], 1)
+        assert_shows(opened, "floor-ratio", floor["throughput_ratio"] * 100, 1)
+        assert_shows(opened, "floor-p50", floor["p50_ms"], 1)
+        assert_shows(opened, "floor-cpu", floor["cpu_ms_per_request"], 2)
+        assert_shows(opened, "floor-above", floor["proxy_cpu_above_floor_ms"], 2)
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,13 @@ import trio
 
 __all__ = ["COMPONENTS", "profiled", "py_spy", "summarize_folded"]
 
-# Innermost match wins: a socket write inside httpcore2 is the outbound client's cost.
+# Innermost match wins: a socket write inside httpcore2 (through the pool's network stream)
+# is the outbound client's cost.
 COMPONENTS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
-    ("outbound client (httpx2, httpcore2)", ("httpx2/", "httpcore2/")),
+    (
+        "outbound client (httpcore2, upstream_pool)",
+        ("httpx2/", "httpcore2/", "trio_batcher/upstream_pool.py"),
+    ),
     ("trio_batcher.translation", ("trio_batcher/translation/",)),
     ("trio_batcher.metrics, pricing", ("trio_batcher/metrics.py", "trio_batcher/pricing.py")),
     ("trio_batcher.sse", ("trio_batcher/sse.py",)),
