@@ -144,3 +144,12 @@ async def test_stream_response_headers_and_request_field_names_in_headers_are_sa
             assert ignored.isascii() and "\r" not in ignored and "nknown" in ignored
             text = (await response.aread()).decode()
         assert text.rstrip().endswith("data: [DONE]")
+
+
+async def test_json_nested_too_deeply_is_a_400_not_a_crash() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+        response = await http.post(f"{url}/v1/chat/completions", content=deep)
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "invalid_json"
+        assert (await sim.stats())["requests_total"] == 0

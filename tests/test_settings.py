@@ -18,7 +18,6 @@ def test_defaults_need_no_environment() -> None:
     settings = Settings.from_env({})
     assert settings == Settings()
     assert settings.anthropic_base_url == "https://api.anthropic.com"
-    assert settings.messages_url == "https://api.anthropic.com/v1/messages"
     assert settings.anthropic_version == "2023-06-01"
     assert settings.max_body_bytes == 32 * 1024 * 1024
     assert settings.batch_enabled is False and settings.metrics_enabled is False
@@ -64,6 +63,8 @@ BAD_VALUES = [
     ("ANTHROPIC_VERSION", "2024-01-01", "expected one of"),
     ("MAX_BODY_BYTES", "0", "must be >= 1"),
     ("PRICING_FILE", "/nonexistent/prices.json", "no such file"),
+    ("ANTHROPIC_API_KEY", "sk-ant-\u00e9t\u00e9", "printable ASCII"),
+    ("ANTHROPIC_API_KEY", "sk-ant-a\nb", "printable ASCII"),
 ]
 
 
@@ -76,6 +77,8 @@ def test_bad_value_names_the_variable_and_the_problem(name: str, value: str, pro
     assert info.value.name == name
     assert problem in info.value.problem
     assert str(info.value).startswith(f"{name}: ")
+    if name == "ANTHROPIC_API_KEY":
+        assert value not in str(info.value)
 
 
 def test_a_malformed_pricing_file_is_a_settings_error(tmp_path: pathlib.Path) -> None:

@@ -70,6 +70,10 @@ def parse_json_body(raw: bytes) -> object:
         raise ProxyError(
             400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
         ) from None
+    except RecursionError:
+        raise ProxyError(
+            400, "The JSON body of your request is nested too deeply.", code="invalid_json"
+        ) from None
 
 
 def _header_value(value: str) -> bytes:
@@ -126,6 +130,10 @@ class ChatEndpoint:
             payload = parse_json_body(raw)
         except ProxyError as exc:
             await _send_json(send, exc.body(), exc.status, exc.headers)
+            return
+        except Exception:
+            log.exception("unhandled error on POST %s", PATH)
+            await _send_json(send, error_body("Internal proxy error.", "server_error"), 500)
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)

@@ -46,6 +46,14 @@ def _optional_str(raw: str) -> str | None:
     return raw.strip() or None
 
 
+def _header_secret(raw: str) -> str | None:
+    """A key sent as an HTTP header: printable ASCII. The value is never put in the error."""
+    value = raw.strip()
+    if value and not (value.isascii() and value.isprintable()):
+        raise ValueError("must be printable ASCII (it is sent as an HTTP header); value not shown")
+    return value or None
+
+
 def _bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -138,7 +146,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
     SettingSpec(
         "ANTHROPIC_API_KEY",
         "anthropic_api_key",
-        _optional_str,
+        _header_secret,
         None,
         "Key for the upstream Messages API. Never logged or echoed.",
         secret=True,
@@ -421,10 +429,6 @@ class Settings:
     @property
     def batch_max_wait_s(self) -> float:
         return self.batch_max_wait_ms / 1000.0
-
-    @property
-    def messages_url(self) -> str:
-        return f"{self.anthropic_base_url}/v1/messages"
 
 
 _BY_ENV: Final = {spec.env: spec for spec in SPECS}

@@ -6,10 +6,11 @@ connections to the one upstream origin, owned by the app lifespan; why not
 ``ProxyError`` the HTTP layer can send as it is: an upstream error status keeps its meaning
 (see ``translation.upstream_error``), a connection failure is a 502, a timeout a 504.
 
-Deadlines are the caller's business (``trio.fail_after`` around the call); the transport
-timeouts here are only a safety net for a peer that stops talking mid-response. Cancelling
-the calling task closes the upstream connection at once: httpcore2 runs on trio, so a
-cancelled read drops the socket, and a response's ``aclose`` runs shielded.
+Deadlines are the caller's business (a cancel scope around the call, which every call in
+the proxy has: ``REQUEST_TIMEOUT_S``); the only transport timeout is for opening a
+connection. Cancelling the calling task closes the upstream connection at once: httpcore2
+runs on trio, so a cancelled read drops the socket, and a response's ``aclose`` runs
+shielded.
 """
 
 from __future__ import annotations
