@@ -214,7 +214,7 @@ async def _floor(bench: Bench, stack: Stack, workers: int) -> dict[str, Any] | N
     finally:
         await pool.aclose()
     ok = [o for o in run.outcomes if o.kind == "ok"]
-    floor_cpu = used["floor"]
+    floor_cpu, sim_cpu = used["floor"], used["simulator"]
     result = {
         "requests": len(ok),
         "failed": len(run.outcomes) - len(ok),
@@ -222,6 +222,9 @@ async def _floor(bench: Bench, stack: Stack, workers: int) -> dict[str, Any] | N
         "p50_ms": summary_ms(o.latency for o in ok).p50,
         "cpu_ms_per_request": (
             None if floor_cpu is None or not ok else round(floor_cpu / len(ok) * 1000.0, 3)
+        ),
+        "simulator_cpu_ms_per_request": (
+            None if sim_cpu is None or not ok else round(sim_cpu / len(ok) * 1000.0, 3)
         ),
     }
     bench.display.line(
