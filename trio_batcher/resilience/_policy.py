@@ -48,10 +48,10 @@ class Failure:
 def classify(exc: ProxyError) -> Failure:
     """Name what went wrong in one attempt.
 
-    A read timeout and a connect timeout look alike here (both ``upstream_timeout``); both
-    are retryable, and the deadline check decides: a read timeout fires at
-    ``REQUEST_TIMEOUT_S`` so the deadline has passed by then, while a connect timeout (10 s)
-    usually leaves time for another attempt.
+    ``upstream_timeout`` is the transport's connect timeout (10 s; reads and writes have none,
+    the request's deadline bounds them): retryable, and the deadline check decides whether
+    another attempt fits. ``upstream_connection_error`` includes a kept-alive connection the
+    upstream closed just as it was reused, which a retry on a fresh connection fixes.
     """
     status = exc.upstream_status
     signal: Signal
