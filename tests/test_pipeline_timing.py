@@ -37,9 +37,7 @@ BODY = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "
 class OneSecondUpstream:
     """Answers every call after exactly 1 s of virtual time, first byte at 0.25 s."""
 
-    async def create_message(
-        self, body: Mapping[str, Any], *, extra_headers: Mapping[str, str] | None = None
-    ) -> UpstreamReply:
+    async def create_message(self, body: Mapping[str, Any]) -> UpstreamReply:
         started = trio.current_time()
         await trio.sleep(0.25)
         first_byte = trio.current_time()

@@ -154,10 +154,12 @@ async def test_idle_connection_the_server_closed_is_replaced_not_used() -> None:
         async with _pool(f"http://127.0.0.1:{port}") as pool:
             assert await _call_raw(pool) == {"n": 1}
             assert pool.idle_connections == 1
-            # Wait until the server's close has reached our socket.
+            # Wait until the server's close has reached our idle socket.
+            idle = pool._idle[0]._connection
+            assert idle is not None
             with trio.fail_after(5):
-                while not pool._idle[0].has_expired():  # noqa: ASYNC110
-                    await trio.sleep(0.001)
+                await trio.lowlevel.wait_readable(idle._network_stream.get_extra_info("socket"))
+            assert pool._idle[0].has_expired()
             assert await _call_raw(pool) == {"n": 2}
             assert pool.connections_opened == 2
         nursery.cancel_scope.cancel()

@@ -128,12 +128,8 @@ class ChatEndpoint:
             if raw is None:
                 return  # the client left while sending its body
             payload = parse_json_body(raw)
-        except ProxyError as exc:
-            await _send_json(send, exc.body(), exc.status, exc.headers)
-            return
-        except Exception:
-            log.exception("unhandled error on POST %s", PATH)
-            await _send_json(send, error_body("Internal proxy error.", "server_error"), 500)
+        except Exception as exc:
+            await _send_error(send, exc)
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -191,12 +187,8 @@ async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send:
     """Run the pipeline and send its answer; raises only ``trio.Cancelled``."""
     try:
         reply = await pipeline.handle(payload, arrived)
-    except ProxyError as exc:
-        await _send_json(send, exc.body(), exc.status, exc.headers)
-        return
-    except Exception:
-        log.exception("unhandled error on POST %s", PATH)
-        await _send_json(send, error_body("Internal proxy error.", "server_error"), 500)
+    except Exception as exc:
+        await _send_error(send, exc)
         return
     if isinstance(reply, JSONReply):
         await _send_json(send, reply.body, reply.status, reply.headers)
@@ -220,6 +212,15 @@ async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send:
             with trio.CancelScope(shield=True):
                 await aclose()
         reply.close()
+
+
+async def _send_error(send: Send, exc: Exception) -> None:
+    """A ``ProxyError`` as its OpenAI-shaped answer; anything else as a logged 500."""
+    if isinstance(exc, ProxyError):
+        await _send_json(send, exc.body(), exc.status, exc.headers)
+        return
+    log.error("unhandled error on POST %s", PATH, exc_info=exc)
+    await _send_json(send, error_body("Internal proxy error.", "server_error"), 500)
 
 
 async def _send_json(

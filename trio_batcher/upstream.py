@@ -121,14 +121,12 @@ class UpstreamClient:
         }
         if settings.anthropic_api_key:
             headers["x-api-key"] = settings.anthropic_api_key
-        self._headers = _encode_headers(headers)
+        self._headers = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
 
-    async def create_message(
-        self, body: Mapping[str, Any], *, extra_headers: Mapping[str, str] | None = None
-    ) -> UpstreamReply:
+    async def create_message(self, body: Mapping[str, Any]) -> UpstreamReply:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
         started = trio.current_time()
-        response = await self._send(body, extra_headers)
+        response = await self._send(body)
         try:
             first_byte = trio.current_time()
             raw = await _read(response)
@@ -148,12 +146,10 @@ class UpstreamClient:
             )
         return UpstreamReply(message, response.headers, started, first_byte, trio.current_time())
 
-    async def open_stream(
-        self, body: Mapping[str, Any], *, extra_headers: Mapping[str, str] | None = None
-    ) -> UpstreamStream:
+    async def open_stream(self, body: Mapping[str, Any]) -> UpstreamStream:
         """Start a streaming call; returns once the upstream answered 200 with headers."""
         started = trio.current_time()
-        response = await self._send(body, extra_headers)
+        response = await self._send(body)
         if response.status_code != 200:
             try:
                 raw = await _read(response)
@@ -162,17 +158,10 @@ class UpstreamClient:
             raise upstream_error(response.status_code, raw, response.headers)
         return UpstreamStream(response, started, trio.current_time())
 
-    async def _send(
-        self, body: Mapping[str, Any], extra_headers: Mapping[str, str] | None
-    ) -> PooledResponse:
-        headers = self._headers
-        if extra_headers:
-            extra = _encode_headers(extra_headers)
-            replaced = {name for name, _ in extra}
-            headers = [h for h in headers if h[0] not in replaced] + extra
+    async def _send(self, body: Mapping[str, Any]) -> PooledResponse:
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            return await self._pool.request(b"POST", self._url, headers, content)
+            return await self._pool.request(b"POST", self._url, self._headers, content)
         except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream did not answer in time.", code="upstream_timeout"
@@ -192,12 +181,6 @@ _TRANSPORT_ERRORS: Final = (
     httpcore2.UnsupportedProtocol,
     httpcore2.ProxyError,
 )
-
-
-def _encode_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
-    return [
-        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
-    ]
 
 
 async def _read(response: PooledResponse) -> bytes:

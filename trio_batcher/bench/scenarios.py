@@ -203,29 +203,22 @@ async def _floor(bench: Bench, stack: Stack, workers: int) -> dict[str, Any] | N
         return None
     opts = bench.options
     target = target_for("simulator", stack.floor.url)  # the same request as the direct phase
-    pool = Pool(target.host, target.port)
-    meter = CpuMeter({"floor": stack.floor.pid, "simulator": stack.sim.pid})
     bench.display.line(f"  floor: {workers} clients, closed loop, ~{opts.phase_s:g} s ...")
-    try:
-        await bench.warmup(pool, target, workers, opts.warmup_s)
-        meter.start()
-        run = await closed_loop(pool, target, workers=workers, duration=opts.phase_s)
-        used = meter.stop().seconds
-    finally:
-        await pool.aclose()
+    run, used = await _metered_loop(
+        target,
+        {"floor": stack.floor.pid, "simulator": stack.sim.pid},
+        workers=workers,
+        seconds=opts.phase_s,
+        warmup=opts.warmup_s,
+    )
     ok = [o for o in run.outcomes if o.kind == "ok"]
-    floor_cpu, sim_cpu = used["floor"], used["simulator"]
     result = {
         "requests": len(ok),
         "failed": len(run.outcomes) - len(ok),
         "goodput_per_s": round(len(ok) / run.wall, 1) if run.wall > 0 else None,
         "p50_ms": summary_ms(o.latency for o in ok).p50,
-        "cpu_ms_per_request": (
-            None if floor_cpu is None or not ok else round(floor_cpu / len(ok) * 1000.0, 3)
-        ),
-        "simulator_cpu_ms_per_request": (
-            None if sim_cpu is None or not ok else round(sim_cpu / len(ok) * 1000.0, 3)
-        ),
+        "cpu_ms_per_request": _ms_per(used["floor"], len(ok)),
+        "simulator_cpu_ms_per_request": _ms_per(used["simulator"], len(ok)),
     }
     bench.display.line(
         f"  floor: {len(ok)} ok, {result['goodput_per_s']} ok/s, "
@@ -246,17 +239,33 @@ async def _health_cpu(stack: Stack, workers: int, seconds: float) -> float | Non
     host, _, port = server.url.removeprefix("http://").rpartition(":")
     request = encode_request("GET", host, int(port), "/health", [], b"")
     target = Target("proxy", "openai", host, int(port), False, request)
-    pool = Pool(host, int(port))
-    meter = CpuMeter({"proxy": server.pid})
+    run, used = await _metered_loop(
+        target, {"proxy": server.pid}, workers=workers, seconds=seconds, warmup=min(0.5, seconds)
+    )
+    return _ms_per(used["proxy"], sum(1 for o in run.outcomes if o.kind == "ok"))
+
+
+async def _metered_loop(
+    target: Target, pids: dict[str, int], *, workers: int, seconds: float, warmup: float
+) -> tuple[Run, dict[str, float | None]]:
+    """A closed loop outside the phase machinery (no reconciliation), with the CPU of
+    ``pids`` metered over the measured part only; the warm-up opens the connections."""
+    pool = Pool(target.host, target.port)
+    meter = CpuMeter(pids)
     try:
-        await closed_loop(pool, target, workers=workers, duration=min(0.5, seconds))
+        await pool.prefill(workers)
+        if warmup > 0:
+            await closed_loop(pool, target, workers=workers, duration=warmup)
         meter.start()
         run = await closed_loop(pool, target, workers=workers, duration=seconds)
-        used = meter.stop().seconds["proxy"]
+        used = meter.stop().seconds
     finally:
         await pool.aclose()
-    count = sum(1 for o in run.outcomes if o.kind == "ok")
-    return None if used is None or not count else round(used / count * 1000.0, 3)
+    return run, used
+
+
+def _ms_per(cpu_seconds: float | None, count: int) -> float | None:
+    return None if cpu_seconds is None or not count else round(cpu_seconds / count * 1000.0, 3)
 
 
 # -- stream -------------------------------------------------------------------------------
