@@ -29,6 +29,7 @@ from .asgi_chat import ChatEndpoint, body_too_large
 from .auth import bearer_token, key_matches, proxy_key_error
 from .batching import Batcher
 from .chat import ChatPipeline
+from .cors import OriginPolicy
 from .dispatch import DirectDispatcher, Dispatcher
 from .errors import ProxyError, error_body
 from .gate import AdmissionGate
@@ -184,11 +185,14 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app = ProxyApp("trio_batcher")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
-    app.asgi_app = ChatEndpoint(  # type: ignore[method-assign,assignment]
-        app.asgi_app,
-        lambda: app.runtime.pipeline if app.runtime is not None else None,
-        max_body_bytes=settings.max_body_bytes,
-        api_keys=settings.proxy_api_keys,
+    app.asgi_app = OriginPolicy(  # type: ignore[method-assign,assignment]
+        ChatEndpoint(
+            app.asgi_app,
+            lambda: app.runtime.pipeline if app.runtime is not None else None,
+            max_body_bytes=settings.max_body_bytes,
+            api_keys=settings.proxy_api_keys,
+        ),
+        settings.cors_allow_origins,
     )
 
     def runtime() -> Runtime:

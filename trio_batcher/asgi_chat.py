@@ -191,7 +191,7 @@ async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send:
         await _send_error(send, exc)
         return
     if isinstance(reply, JSONReply):
-        await _send_json(send, reply.body, reply.status, reply.headers)
+        await send_json(send, reply.body, reply.status, reply.headers)
         return
     try:
         await send(
@@ -217,13 +217,13 @@ async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send:
 async def _send_error(send: Send, exc: Exception) -> None:
     """A ``ProxyError`` as its OpenAI-shaped answer; anything else as a logged 500."""
     if isinstance(exc, ProxyError):
-        await _send_json(send, exc.body(), exc.status, exc.headers)
+        await send_json(send, exc.body(), exc.status, exc.headers)
         return
     log.error("unhandled error on POST %s", PATH, exc_info=exc)
-    await _send_json(send, error_body("Internal proxy error.", "server_error"), 500)
+    await send_json(send, error_body("Internal proxy error.", "server_error"), 500)
 
 
-async def _send_json(
+async def send_json(
     send: Send, body: Any, status: int, headers: dict[str, str] | None = None
 ) -> None:
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

@@ -117,6 +117,24 @@ def _csv(raw: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _origins(raw: str) -> tuple[str, ...]:
+    """Web origins as browsers send them: ``scheme://host[:port]``, ``null`` or ``*``."""
+    origins = []
+    for item in _csv(raw):
+        value = item.rstrip("/").lower()
+        scheme, sep, authority = value.partition("://")
+        valid = value in ("*", "null") or (
+            sep and scheme and authority and not any(c in authority for c in "/?#@ ")
+        )
+        if not valid:
+            raise ValueError(
+                f"expected origins like https://chat.example.com or http://localhost:3000 "
+                f"(scheme, host and port only), 'null' or '*', got {item!r}"
+            )
+        origins.append(value)
+    return tuple(origins)
+
+
 def _path(raw: str) -> str | None:
     value = raw.strip()
     if not value:
@@ -329,6 +347,13 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         secret=True,
     ),
     SettingSpec(
+        "CORS_ALLOW_ORIGINS",
+        "cors_allow_origins",
+        _origins,
+        (),
+        "Comma-separated web origins whose pages may call the gateway (CORS), or '*'; requests from other origins get 403.",
+    ),
+    SettingSpec(
         "MAX_BODY_BYTES",
         "max_body_bytes",
         _int(1),
@@ -369,6 +394,7 @@ class Settings:
     retry_after_s: int = 1
     shutdown_grace_s: float = 30.0
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 32 * _MIB
 
     def __repr__(self) -> str:

@@ -1,0 +1,137 @@
+"""Which web pages may call the gateway: CORS for the origins listed, 403 for the rest.
+
+Why: a browser lets any page send a "simple" cross-origin POST (``text/plain`` body, no
+custom headers) without asking first; it only hides the answer from the page. A gateway on
+``localhost`` with no ``PROXY_API_KEYS`` would therefore spend its upstream key on behalf of
+any site its user happens to visit. Browsers put an ``Origin`` header on those requests and
+command-line clients and SDKs don't, so the rule is cheap and breaks no real client: a
+request that names an origin must name one in ``CORS_ALLOW_ORIGINS`` (or the gateway's own),
+and is otherwise answered 403 before anything else runs -- no upstream call. The same list
+turns on CORS proper for browser-based chat clients: preflights are answered here, and the
+answers carry ``Access-Control-Allow-Origin`` with every header exposed.
+
+No credentials mode: keys travel in ``Authorization``, which a preflight allows like any
+other header, so cookies and ``Access-Control-Allow-Credentials`` are never involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, final
+
+from .asgi_chat import ASGIApp, Message, Receive, Scope, Send, send_json
+from .errors import ProxyError
+
+ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
+PREFLIGHT_MAX_AGE_S: Final = 600
+
+_PREFLIGHT_VARY: Final = b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
+
+
+def origin_not_allowed(origin: str) -> ProxyError:
+    shown = origin if origin.isascii() and origin.isprintable() else ascii(origin)
+    return ProxyError(
+        403,
+        f"Requests from the web origin {shown} are not allowed. To let a browser page call "
+        "this gateway, list its origin in CORS_ALLOW_ORIGINS.",
+        type="permission_error",
+        code="origin_not_allowed",
+    )
+
+
+@final
+class OriginPolicy:
+    """ASGI middleware in front of the whole app.
+
+    Args:
+      inner: the app (its lifespan and every route).
+      allow_origins: ``CORS_ALLOW_ORIGINS``: exact origins (``https://chat.example.com``),
+        ``null`` for pages with an opaque origin, or ``*`` for any page.
+    """
+
+    def __init__(self, inner: ASGIApp, allow_origins: Iterable[str]) -> None:
+        self._inner = inner
+        origins = frozenset(allow_origins)
+        self._any = "*" in origins
+        self._origins = frozenset(o.lower() for o in origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._inner(scope, receive, send)
+            return
+        origin = host = forwarded_host = request_method = request_headers = None
+        for name, value in scope["headers"]:
+            if name == b"origin":
+                origin = value
+            elif name == b"host":
+                host = value
+            elif name == b"x-forwarded-host":
+                forwarded_host = value
+            elif name == b"access-control-request-method":
+                request_method = value
+            elif name == b"access-control-request-headers":
+                request_headers = value
+        if origin is None:
+            await self._inner(scope, receive, send)
+            return
+        origin_text = origin.decode("latin-1")
+        if _same_origin(origin_text, host) or _same_origin(origin_text, forwarded_host):
+            await self._inner(scope, receive, send)
+            return
+        if not self._allows(origin_text):
+            exc = origin_not_allowed(origin_text)
+            await send_json(send, exc.body(), exc.status)
+            return
+        allow_origin = b"*" if self._any else origin
+        if scope["method"] == "OPTIONS" and request_method is not None:
+            await _send_preflight(send, allow_origin, request_headers)
+            return
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    (b"access-control-allow-origin", allow_origin),
+                    (b"access-control-expose-headers", b"*"),
+                    (b"vary", b"Origin"),
+                ]
+            await send(message)
+
+        await self._inner(scope, receive, send_with_cors)
+
+    def _allows(self, origin: str) -> bool:
+        return self._any or origin.lower() in self._origins
+
+
+def _same_origin(origin: str, host: bytes | None) -> bool:
+    """The page was served by this gateway (``/visuals``, ``/dashboard``): not cross-origin.
+
+    ``host`` is the ``Host`` header or, behind a reverse proxy that rewrites it, the first
+    ``X-Forwarded-Host``. Trusting the latter is safe here: a page cannot add that header
+    to a request without a preflight, and the preflight names its real origin.
+    """
+    if host is None:
+        return False
+    _, sep, authority = origin.partition("://")
+    first = host.decode("latin-1").split(",", 1)[0].strip()
+    return bool(sep) and authority.lower() == first.lower()
+
+
+async def _send_preflight(send: Send, allow_origin: bytes, request_headers: bytes | None) -> None:
+    headers = [
+        (b"access-control-allow-origin", allow_origin),
+        (b"access-control-allow-methods", ALLOW_METHODS),
+        (b"access-control-max-age", b"%d" % PREFLIGHT_MAX_AGE_S),
+        (b"vary", _PREFLIGHT_VARY),
+        (b"content-length", b"0"),
+    ]
+    if request_headers:
+        # Whatever the page asks to send (authorization, content-type, the SDKs'
+        # x-stainless-* headers) is fine: auth is checked on the real request.
+        headers.append((b"access-control-allow-headers", _ascii(request_headers)))
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _ascii(value: bytes) -> bytes:
+    return bytes(b if 0x20 <= b <= 0x7E else 0x3F for b in value)
