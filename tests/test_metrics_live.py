@@ -131,3 +131,19 @@ async def test_metrics_are_404_when_disabled_and_need_the_token_when_set() -> No
             f"{url}/metrics/prometheus", headers={"Authorization": "Bearer mt-secret"}
         )
         assert ok.status_code == 200
+
+
+async def test_the_default_model_alias_is_counted_and_priced_as_the_model_called() -> None:
+    async with (
+        proxy_and_simulator(metrics_enabled=True, default_model="claude-sonnet-4-5") as (url, _),
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        body = {**_body("hi"), "model": "default"}
+        response = await http.post(f"{url}/v1/chat/completions", json=body)
+        assert response.status_code == 200
+        assert response.json()["model"] == "default"  # echoed as the client named it
+        metrics = (await http.get(f"{url}/metrics")).json()
+        assert list(metrics["by_model"]) == ["claude-sonnet-4-5"]
+        assert metrics["by_model"]["claude-sonnet-4-5"]["priced"] is True
+        assert metrics["cost"]["estimate_complete"] is True
+        assert metrics["cost"]["estimated_cost_usd"] > 0

@@ -617,8 +617,23 @@ MESSAGES = [
         None,
         [
             A_HI,
-            a_assistant(tool_use("functions_get_0")),
-            a_user(tool_result("functions_get_0", "r")),
+            a_assistant(tool_use("functions_get_0_62a8242d")),
+            a_user(tool_result("functions_get_0_62a8242d", "r")),
+        ],
+    ),
+    (
+        "tool_call_ids_distinct_before_sanitising_stay_distinct",
+        [
+            HI,
+            assistant(tool_calls=[call("call:1"), call("call_1")]),
+            tool("call:1", "r1"),
+            tool("call_1", "r2"),
+        ],
+        None,
+        [
+            A_HI,
+            a_assistant(tool_use("call_1_f1d92e31"), tool_use("call_1")),
+            a_user(tool_result("call_1_f1d92e31", "r1"), tool_result("call_1", "r2")),
         ],
     ),
     (
@@ -960,6 +975,20 @@ ERRORS = [
         "messages[0].content[0].image_url.url",
     ),
     (
+        "image_empty_base64",
+        request(messages=[user([image_part("data:image/png;base64,")])]),
+        "messages[0].content[0].image_url.url",
+    ),
+    (
+        "file_empty_base64",
+        request(
+            messages=[
+                user([{"type": "file", "file": {"file_data": "data:application/pdf;base64,"}}])
+            ]
+        ),
+        "messages[0].content[0].file.file_data",
+    ),
+    (
         "image_ftp_url",
         request(messages=[user([image_part("ftp://x/y.png")])]),
         "messages[0].content[0].image_url.url",
@@ -1206,6 +1235,16 @@ ERRORS = [
         "tools[0].function.parameters",
     ),
     (
+        "tool_parameters_top_level_any_of",
+        request(tools=[fn_tool("f", parameters={"anyOf": [{"type": "object"}]})]),
+        "tools[0].function.parameters.anyOf",
+    ),
+    (
+        "tool_parameters_top_level_one_of",
+        request(tools=[fn_tool("f", parameters={"type": "object", "oneOf": []})]),
+        "tools[0].function.parameters.oneOf",
+    ),
+    (
         "tool_parameters_not_object_type",
         request(tools=[fn_tool("f", parameters={"type": "array"})]),
         "tools[0].function.parameters.type",
@@ -1445,3 +1484,81 @@ def test_valid_openai_requests_translate_to_bodies_anthropic_accepts(
 ) -> None:
     result = translate_request(payload, replace(OPTS, anthropic_version=version))
     validate_messages_request(result.body, api_version=version)
+
+
+# -- every field of a full request, replaced by a wrong value -----------------------------
+
+_FULL_REQUEST: dict[str, Any] = {
+    "model": "claude-x",
+    "messages": [
+        system(
+            [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "5m"}}]
+        ),
+        user(
+            [
+                {
+                    "type": "text",
+                    "text": "hi",
+                    "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "30m"},
+                },
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+                {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}"}},
+            ],
+            name="n",
+        ),
+        assistant(
+            "a",
+            tool_calls=[
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        ),
+        tool("c1", [{"type": "text", "text": "r"}]),
+    ],
+    "tools": [fn_tool("f", parameters={"type": "object", "properties": {}})],
+    "tool_choice": {"type": "function", "function": {"name": "f"}},
+    "parallel_tool_calls": False,
+    "stop": ["x"],
+    "max_completion_tokens": 3000,
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "user": "u",
+    "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}}},
+    "reasoning_effort": "low",
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+_WRONG_VALUES: list[Any] = [[], {}, None, 1.5, True, "", " ", ["x"], {"a": 1}, -1, 0, "high"]
+
+
+def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path] if path else []
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in children:
+        found.extend(_leaf_paths(child, (*path, key)))
+    return found
+
+
+@pytest.mark.parametrize("version", ["2023-06-01", "2026-10-21"])
+def test_any_field_with_a_wrong_value_is_a_400_or_a_body_anthropic_accepts(version: str) -> None:
+    """No value in any position may crash the translation (a 500) or slip past it upstream."""
+    options = replace(OPTS, anthropic_version=version)
+    validate_messages_request(translate_request(_FULL_REQUEST, options).body, api_version=version)
+    for path in _leaf_paths(_FULL_REQUEST):
+        for wrong in _WRONG_VALUES:
+            payload = json.loads(json.dumps(_FULL_REQUEST))
+            target = payload
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = wrong
+            try:
+                result = translate_request(payload, options)
+            except ProxyError as exc:
+                assert exc.status == 400, (path, wrong, exc.message)
+                continue
+            validate_messages_request(result.body, api_version=version)

@@ -228,6 +228,25 @@ STREAMS = [
         ],
     ),
     (
+        "tool_call_only_reply_has_null_content",
+        events_for(message(tool_use("toolu_1", "get", {}), stop_reason="tool_use"), piece=100),
+        [
+            {"role": "assistant", "content": None},
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "toolu_1",
+                        "type": "function",
+                        "function": {"name": "get", "arguments": ""},
+                    }
+                ]
+            },
+            {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]},
+            ("finish", "tool_calls"),
+        ],
+    ),
+    (
         "thinking_streams_reasoning_then_the_signed_block",
         events_for(
             message({"type": "thinking", "thinking": "Let me see", "signature": "sig"}, text("4")),

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from trio_batcher.translation import ratelimit_headers, upstream_error
-from trio_batcher.translation.upstream_errors import go_duration
+from trio_batcher.translation.upstream_errors import go_duration, status_for_error_type
 
 
-def anthropic_error(kind: str, message: str) -> bytes:
-    return json.dumps(
-        {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"}
-    ).encode()
+def anthropic_error(kind: str, message: str, request_id: str | None = None) -> bytes:
+    error: dict[str, object] = {"type": "error", "error": {"type": kind, "message": message}}
+    if request_id is not None:
+        error["request_id"] = request_id
+    return json.dumps(error).encode()
 
 
 def body(message: str, kind: str, code: str | None) -> dict[str, Any]:
@@ -122,6 +123,24 @@ ERRORS = [
         503,
         body("The upstream returned HTTP 503.", "service_unavailable", None),
         {"retry-after": "1"},
+    ),
+    (
+        "request_id_from_the_body_when_the_header_is_missing",
+        500,
+        anthropic_error("api_error", "Internal server error", request_id="req_body"),
+        {},
+        502,
+        body("Internal server error", "api_error", "api_error"),
+        {"x-request-id": "req_body"},
+    ),
+    (
+        "request_id_header_wins_over_the_body",
+        400,
+        anthropic_error("invalid_request_error", "bad", request_id="req_body"),
+        {"request-id": "req_header"},
+        400,
+        body("bad", "invalid_request_error", "invalid_request_error"),
+        {"x-request-id": "req_header"},
     ),
     (
         "504_kept",
@@ -307,3 +326,28 @@ DURATIONS = [
 @pytest.mark.parametrize(("seconds", "text"), DURATIONS, ids=[f"{s}s" for s, _ in DURATIONS])
 def test_go_duration(seconds: float, text: str) -> None:
     assert go_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"),
+    [
+        ("invalid_request_error", 400),
+        ("authentication_error", 401),
+        ("billing_error", 402),
+        ("permission_error", 403),
+        ("not_found_error", 404),
+        ("conflict_error", 409),
+        ("request_too_large", 413),
+        ("rate_limit_error", 429),
+        ("api_error", 500),
+        ("timeout_error", 504),
+        ("overloaded_error", 529),
+        ("something_new_error", 502),
+        (None, 502),
+        (["api_error"], 502),
+    ],
+)
+def test_a_stream_error_events_type_stands_for_the_status_the_upstream_would_send(
+    kind: object, status: int
+) -> None:
+    assert status_for_error_type(kind) == status

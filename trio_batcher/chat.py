@@ -53,6 +53,7 @@ from .translation import (
     UpstreamStreamError,
     new_completion_id,
     ratelimit_headers,
+    status_for_error_type,
     translate_request,
     translate_response,
     upstream_error,
@@ -64,18 +65,6 @@ from .upstream import UpstreamClient, UpstreamReply, UpstreamStream
 _STREAM_BUFFER: Final = 16
 # First item the stream pump sends: the upstream's response headers and timing.
 _HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
-# Status for an in-stream error event's type, when it arrives before any content.
-_STATUS_FOR_STREAM_ERROR: Final[Mapping[str, int]] = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
 # Status recorded for a request whose client went away (nginx's convention).
 CLIENT_CLOSED: Final = 499
 
@@ -146,7 +135,7 @@ class ChatPipeline:
             if self._metrics is not None:
                 self._metrics.record_rejected(early.code or "upstream_cooldown")
             raise early
-        slot = await self._admit(tr.model, arrived)
+        slot = await self._admit(tr.upstream_model, arrived)
         if tr.stream:
             return await self._start_stream(tr, slot, arrived, deadline)
         try:
@@ -215,7 +204,7 @@ class ChatPipeline:
         finally:
             if status != 200:
                 self._record_error(
-                    tr.model, status, self._timing(arrived, dispatched), stream=False
+                    tr.upstream_model, status, self._timing(arrived, dispatched), stream=False
                 )
         body = translate_response(
             reply.message,
@@ -227,7 +216,9 @@ class ChatPipeline:
             arrived, dispatched, reply.started_at, reply.first_byte_at, reply.finished_at
         )
         if self._metrics is not None:
-            self._metrics.record_success(tr.model, reply.message.get("usage") or {}, timing)
+            self._metrics.record_success(
+                tr.upstream_model, reply.message.get("usage") or {}, timing
+            )
         headers = _reply_headers(tr, reply.headers)
         headers["Server-Timing"] = timing.server_timing_header()
         return JSONReply(body, headers)
@@ -347,13 +338,14 @@ def _prelude_error(data: Mapping[str, Any], headers: Mapping[str, str]) -> Proxy
     """An ``error`` event before any content, as the error an HTTP status would have been."""
     error = data.get("error")
     kind = error.get("type") if isinstance(error, Mapping) else None
-    status = _STATUS_FOR_STREAM_ERROR.get(str(kind), 502)
-    return upstream_error(status, {"type": "error", "error": error or {}}, headers)
+    return upstream_error(
+        status_for_error_type(kind), {"type": "error", "error": error or {}}, headers
+    )
 
 
 def _stream_error_status(error: Mapping[str, Any]) -> int:
     kind = error.get("error", {}).get("code") or error.get("error", {}).get("type") or ""
-    return _STATUS_FOR_STREAM_ERROR.get(str(kind), 502)
+    return status_for_error_type(kind)
 
 
 @final
@@ -487,6 +479,6 @@ class _StreamRelay:
         timing = self._timing()
         if self.status == 200:
             usage = self._translator.upstream_usage
-            metrics.record_success(self._tr.model, usage, timing, stream=True)
+            metrics.record_success(self._tr.upstream_model, usage, timing, stream=True)
         else:
-            metrics.record_error(self._tr.model, self.status, timing, stream=True)
+            metrics.record_error(self._tr.upstream_model, self.status, timing, stream=True)

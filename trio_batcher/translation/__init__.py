@@ -21,6 +21,7 @@ from .stream import UpstreamStreamError as UpstreamStreamError
 from .upstream_errors import openai_error_body as openai_error_body
 from .upstream_errors import parse_retry_after as parse_retry_after
 from .upstream_errors import ratelimit_headers as ratelimit_headers
+from .upstream_errors import status_for_error_type as status_for_error_type
 from .upstream_errors import upstream_error as upstream_error
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "openai_error_body",
     "parse_retry_after",
     "ratelimit_headers",
+    "status_for_error_type",
     "translate_request",
     "translate_response",
     "translate_usage",

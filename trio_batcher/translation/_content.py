@@ -52,7 +52,7 @@ def cache_control(part: Mapping[str, Any], param: str) -> dict[str, Any] | None:
         ttl = raw.get("ttl")
         if ttl is None:
             return {"type": "ephemeral"}
-        if ttl not in _CACHE_TTLS:
+        if not isinstance(ttl, str) or ttl not in _CACHE_TTLS:
             raise invalid_request(
                 'cache_control.ttl must be "5m" or "1h".', param=f"{param}.cache_control.ttl"
             )
@@ -64,7 +64,7 @@ def cache_control(part: Mapping[str, Any], param: str) -> dict[str, Any] | None:
     if not isinstance(breakpoint_, Mapping) or breakpoint_.get("mode") != "explicit":
         raise invalid_request('prompt_cache_breakpoint.mode must be "explicit".', param=where)
     ttl = breakpoint_.get("ttl", "30m")
-    if ttl not in _BREAKPOINT_TTLS:
+    if not isinstance(ttl, str) or ttl not in _BREAKPOINT_TTLS:
         raise invalid_request(
             'prompt_cache_breakpoint.ttl must be "30m" or "12h".', param=f"{where}.ttl"
         )
@@ -94,9 +94,12 @@ def _text(part: Mapping[str, Any], param: str) -> Block | None:
 
 def _decode_base64(data: str, param: str) -> bytes:
     try:
-        return base64.b64decode(data, validate=True)
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise invalid_request("The data URL's payload is not valid base64.", param=param) from None
+    if not raw:
+        raise invalid_request("The data URL's payload is empty.", param=param)
+    return raw
 
 
 def _split_data_url(url: str, param: str) -> tuple[str, str]:
@@ -200,7 +203,7 @@ def _parts(content: object, param: str, allowed: frozenset[str]) -> list[Block]:
         if not isinstance(part, Mapping):
             raise invalid_request("A content part must be an object.", param=where)
         kind = part.get("type")
-        if kind not in allowed:
+        if not isinstance(kind, str) or kind not in allowed:
             raise invalid_request(_unsupported_part(kind, allowed), param=f"{where}.type")
         block: Block | None
         if kind == "text":

@@ -25,6 +25,7 @@ Anthropic cannot take back, so it is not forwarded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -50,9 +51,13 @@ def tool_use_id(raw: str) -> str:
     """An OpenAI tool call id made acceptable to Anthropic (``^[a-zA-Z0-9_-]+$``).
 
     OpenAI ids (``call_…``) pass unchanged; other clients' ids (``functions.get:0``) have the
-    offending characters replaced, the same way on the call and on its result.
+    offending characters replaced, the same way on the call and on its result, plus a short
+    digest of the original, so that two distinct ids (``call:1`` and ``call_1``) stay distinct.
     """
-    return _ID_UNSAFE.sub("_", raw)
+    safe = _ID_UNSAFE.sub("_", raw)
+    if safe == raw:
+        return raw
+    return f"{safe}_{hashlib.blake2s(raw.encode(), digest_size=4).hexdigest()}"
 
 
 @dataclass

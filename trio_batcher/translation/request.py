@@ -136,6 +136,11 @@ class TranslatedRequest:
     include_usage: bool
     ignored_params: tuple[str, ...]
 
+    @property
+    def upstream_model(self) -> str:
+        """The model actually called (``default`` resolved): what metrics and prices use."""
+        return str(self.body["model"])
+
 
 # -- scalar validation -----------------------------------------------------------------
 
@@ -447,6 +452,13 @@ def _input_schema(parameters: object, param: str) -> dict[str, Any]:
         return {"type": "object", "properties": {}}
     if not isinstance(parameters, Mapping):
         raise invalid_request("function.parameters must be a JSON Schema object.", param=param)
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        if keyword in parameters:
+            raise invalid_request(
+                f"function.parameters cannot use {keyword} at the top level (Anthropic's tools "
+                "take one object schema); move the alternatives into a property.",
+                param=f"{param}.{keyword}",
+            )
     if "type" not in parameters:
         return {"type": "object", **parameters}
     if parameters["type"] != "object":
@@ -584,9 +596,9 @@ def _thinking(
     effort = payload.get("reasoning_effort")
     if effort is None:
         return None
-    if effort in _NO_THINKING:
+    if effort in _NO_THINKING:  # a tuple: membership never hashes the value
         return None
-    if effort not in THINKING_BUDGETS:
+    if not isinstance(effort, str) or effort not in THINKING_BUDGETS:
         raise invalid_request(
             f"reasoning_effort must be one of {', '.join((*_NO_THINKING, *THINKING_BUDGETS))}.",
             param="reasoning_effort",

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from ..errors import ProxyError, error_body
 
-__all__ = ["openai_error_body", "ratelimit_headers", "upstream_error"]
+__all__ = ["openai_error_body", "ratelimit_headers", "status_for_error_type", "upstream_error"]
 
 _DEFAULT_RETRY_AFTER: Final = "1"
 _RETRY_HEADERS_ON: Final = frozenset({429, 503})
@@ -51,7 +51,28 @@ _KNOWN_TYPES: Final = frozenset(
     }
 )
 
+# The HTTP status Anthropic gives each error type. A stream's ``error`` event carries only
+# the type; before any content is sent, it still becomes a real status.
+_STATUS_FOR_TYPE: Final[Mapping[str, int]] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "conflict_error": 409,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
 _RESOURCES: Final = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+def status_for_error_type(kind: object) -> int:
+    """The upstream status an Anthropic error ``type`` stands for; 502 when unknown."""
+    return _STATUS_FOR_TYPE.get(kind, 502) if isinstance(kind, str) else 502
 
 
 def _status_for(upstream_status: int) -> int:
@@ -68,24 +89,33 @@ def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in headers.items()}
 
 
-def _parse_error(body: bytes | Mapping[str, Any] | None) -> tuple[str | None, str | None]:
-    """(anthropic error type, message) from whatever the upstream sent; (None, None) if opaque."""
+def _parse_error(
+    body: bytes | Mapping[str, Any] | None,
+) -> tuple[str | None, str | None, str | None]:
+    """(anthropic error type, message, request id) from whatever the upstream sent.
+
+    Each is None when absent; an opaque body gives (None, None, None). The request id is
+    also in the body (``"request_id"``), for when a middlebox dropped the header.
+    """
     parsed: object = body
     if isinstance(body, bytes | bytearray):
         try:
             parsed = json.loads(body)
         except ValueError:
-            return None, None
+            return None, None, None
     if not isinstance(parsed, Mapping):
-        return None, None
+        return None, None, None
+    request_id = parsed.get("request_id")
+    request_id = request_id if isinstance(request_id, str) and request_id else None
     error = parsed.get("error")
     if not isinstance(error, Mapping):
-        return None, None
+        return None, None, request_id
     kind = error.get("type")
     message = error.get("message")
     return (
         kind if isinstance(kind, str) and kind else None,
         message if isinstance(message, str) and message else None,
+        request_id,
     )
 
 
@@ -94,7 +124,7 @@ def openai_error_body(error: Mapping[str, Any]) -> dict[str, Any]:
 
     Used for an ``error`` event inside a stream, where no HTTP status can be sent any more.
     """
-    kind, message = _parse_error({"error": error})
+    kind, message, _ = _parse_error({"error": error})
     return error_body(
         message or "The upstream reported an error.",
         kind if kind in _KNOWN_TYPES else "api_error",
@@ -117,11 +147,12 @@ def upstream_error(
     the Anthropic error type, ``type`` the same name (or a status-derived default).
     """
     upstream = _lower(headers)
-    kind, message = _parse_error(body)
+    kind, message, body_request_id = _parse_error(body)
     ours = _status_for(status)
     out_headers = ratelimit_headers(upstream)
-    if "request-id" in upstream:
-        out_headers["x-request-id"] = upstream["request-id"]
+    request_id = upstream.get("request-id") or body_request_id
+    if request_id:
+        out_headers["x-request-id"] = request_id
     if "x-should-retry" in upstream:
         out_headers["x-should-retry"] = upstream["x-should-retry"]
     if ours in _RETRY_HEADERS_ON:
