@@ -6,6 +6,8 @@ against the simulator everywhere else.
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -71,7 +73,8 @@ async def test_other_paths_and_methods_go_to_the_inner_app() -> None:
     for scope in (
         _scope("/v1/models", "GET"),
         _scope(method="GET"),
-        _scope("/v1/chat/completions/"),
+        _scope("/v1/chat/completion"),
+        _scope("/v2/chat/completions"),
     ):
         call = _Recorder(b"")
         await endpoint(scope, call.receive, call.send)
@@ -152,3 +155,89 @@ async def test_json_nested_too_deeply_is_a_400_not_a_crash() -> None:
         assert response.status_code == 400
         assert response.json()["error"]["code"] == "invalid_json"
         assert (await sim.stats())["requests_total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (rb'{"model":"m\udc80","messages":[{"role":"user","content":"hi"}]}', "model"),
+        (
+            rb'{"model":"m","messages":[{"role":"user","content":"a\ud800b"}]}',
+            "messages[0].content",
+        ),
+        (rb'{"model":"m","messages":[],"\udfff":1}', "\\udfff"),
+    ],
+)
+async def test_an_unpaired_surrogate_is_a_400_and_leaves_the_metrics_working(
+    body: bytes, param: str
+) -> None:
+    async with (
+        proxy_and_simulator(metrics_enabled=True) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
+        response = await http.post(f"{url}/v1/chat/completions", content=body)
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_json", param)
+        assert (await http.get(f"{url}/metrics")).status_code == 200
+        assert (await http.get(f"{url}/metrics/prometheus")).status_code == 200
+        paired = (
+            rb'{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"\ud83d\ude00"}]}'
+        )
+        assert (await http.post(f"{url}/v1/chat/completions", content=paired)).status_code == 200
+        assert (await sim.stats())["requests_total"] == 1
+
+
+async def test_base_url_spellings_reach_the_same_routes_and_the_same_auth() -> None:
+    async with (
+        proxy_and_simulator(proxy_api_keys=("k1",)) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
+        bearer = {"authorization": "Bearer k1"}
+        for path in (
+            "//v1/chat/completions",
+            "/v1//chat/completions",
+            "/v1/chat/completions/",
+            "/chat/completions",
+        ):
+            refused = await http.post(f"{url}{path}", json=HELLO)
+            assert refused.status_code == 401, path
+            ok = await http.post(f"{url}{path}", json=HELLO, headers=bearer)
+            assert ok.status_code == 200, path
+            assert ok.json()["object"] == "chat.completion"
+        assert (await http.get(f"{url}/models")).status_code == 401
+        models = await http.get(f"{url}/models", headers=bearer)
+        assert models.json()["object"] == "list"
+        wrong_method = await http.get(f"{url}/chat/completions", headers=bearer)
+        assert wrong_method.status_code == 405
+        assert "POST" in wrong_method.headers["allow"]
+        assert (await sim.stats())["requests_total"] == 4
+
+
+@pytest.mark.parametrize("header", ["api-key", "x-api-key"])
+async def test_azure_and_anthropic_style_key_headers_are_accepted(header: str) -> None:
+    async with (
+        proxy_and_simulator(proxy_api_keys=("k1",)) as (url, _sim),
+        httpx2.AsyncClient() as http,
+    ):
+        chat = f"{url}/v1/chat/completions"
+        assert (await http.post(chat, json=HELLO, headers={header: "k1"})).status_code == 200
+        assert (await http.post(chat, json=HELLO, headers={header: "k2"})).status_code == 401
+        models = await http.get(f"{url}/v1/models", headers={header: "k1"})
+        assert models.status_code == 200
+
+
+async def test_a_compressed_request_body_is_415_not_a_json_error() -> None:
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+        response = await http.post(
+            f"{url}/v1/chat/completions",
+            content=gzip.compress(json.dumps(HELLO).encode()),
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
+        assert response.status_code == 415
+        assert response.json()["error"]["code"] == "unsupported_content_encoding"
+        identity = await http.post(
+            f"{url}/v1/chat/completions", json=HELLO, headers={"content-encoding": "identity"}
+        )
+        assert identity.status_code == 200
+        assert (await sim.stats())["requests_total"] == 1

@@ -131,6 +131,19 @@ async def test_metrics_are_404_when_disabled_and_need_the_token_when_set() -> No
             f"{url}/metrics/prometheus", headers={"Authorization": "Bearer mt-secret"}
         )
         assert ok.status_code == 200
+        # The page loads without a token (a browser cannot send one); its polls need it.
+        page = await http.get(f"{url}/dashboard")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+    async with (
+        proxy_and_simulator(metrics_enabled=True, proxy_api_keys=("pk",)) as (url, _sim),
+        httpx2.AsyncClient() as http,
+    ):
+        refused = await http.get(f"{url}/metrics")
+        assert refused.status_code == 401
+        assert "PROXY_API_KEYS" in refused.json()["error"]["message"]
+        assert (await http.get(f"{url}/metrics", headers={"Authorization": "Bearer pk"})).is_success
+        assert (await http.get(f"{url}/dashboard")).status_code == 200
 
 
 async def test_the_default_model_alias_is_counted_and_priced_as_the_model_called() -> None:

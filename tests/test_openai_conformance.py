@@ -567,7 +567,7 @@ async def test_stream_failing_before_any_content_is_an_http_error_status(
 
 @SDK_STREAM_LEFTOVERS
 async def test_stream_failing_midway_raises_api_error_after_the_content_so_far() -> None:
-    async with proxy_and_simulator() as (url, _sim):
+    async with proxy_and_simulator(metrics_enabled=True) as (url, _sim):
         client = openai_client(url)
         whole = await client.chat.completions.create(model=MODEL, messages=_user("Long tale"))
         stream = await client.chat.completions.create(
@@ -581,6 +581,31 @@ async def test_stream_failing_midway_raises_api_error_after_the_content_so_far()
         assert not isinstance(info.value, openai.APIStatusError)
         assert info.value.code == "overloaded_error"
         assert "".join(pieces) == " ".join(whole.choices[0].message.content.split(" ")[:3])
+        async with httpx2.AsyncClient() as http:
+            metrics = (await http.get(f"{url}/metrics")).json()
+        # Counted as what the overload would have been before the first byte.
+        assert metrics["requests"]["by_status"] == {"200": 1, "503": 1}
+
+
+async def test_stream_the_upstream_cut_short_is_an_error_never_a_clean_finish() -> None:
+    async with proxy_and_simulator(metrics_enabled=True) as (url, _sim):
+        client = openai_client(url)
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=_user("Long tale [[sim:stream_end_after=3]]"),
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        pieces: list[str] = []
+        with pytest.raises(openai.APIError) as info:
+            async for chunk in stream:
+                assert chunk.choices[0].finish_reason is None
+                pieces.append(chunk.choices[0].delta.content or "")
+        assert info.value.code == "upstream_stream_truncated"
+        assert len("".join(pieces).split(" ")) == 3
+        async with httpx2.AsyncClient() as http:
+            metrics = (await http.get(f"{url}/metrics")).json()
+        assert metrics["requests"]["by_status"] == {"502": 1}
 
 
 # -- headers --------------------------------------------------------------------------------

@@ -501,6 +501,9 @@ async def test_a_cooldown_that_outlasts_the_deadline_sheds_at_once(
     assert late.starts == []
     stats = ctx.statistics()
     assert (stats.shed_by_cooldown, stats.requests, stats.attempts) == (1, 1, 1)
+    # The pipeline's own check on arrival counts the same way.
+    assert ctx.shed_error(deadline=trio.current_time() + 8.0) is not None
+    assert ctx.statistics().shed_by_cooldown == 2
 
 
 async def test_without_coordination_each_request_only_honours_its_own_retry_after(

@@ -26,7 +26,7 @@ from werkzeug.exceptions import HTTPException
 
 from .asgi_chat import PATH as CHAT_PATH
 from .asgi_chat import ChatEndpoint, body_too_large
-from .auth import bearer_token, key_matches, proxy_key_error
+from .auth import client_key, key_matches, proxy_key_error
 from .batching import Batcher
 from .chat import ChatPipeline
 from .cors import OriginPolicy
@@ -53,8 +53,11 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(data, status=status, headers=headers, content_type=_JSON)
 
 
-def _bearer_token() -> str | None:
-    return bearer_token(request.headers.get("Authorization"))
+def _client_key() -> str | None:
+    headers = request.headers
+    return client_key(
+        headers.get("Authorization"), headers.get("api-key"), headers.get("x-api-key")
+    )
 
 
 @final
@@ -259,7 +262,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     async def _authenticate() -> None:
         if not settings.proxy_api_keys or not request.path.startswith("/v1/"):
             return
-        if not key_matches(_bearer_token(), settings.proxy_api_keys):
+        if not key_matches(_client_key(), settings.proxy_api_keys):
             raise proxy_key_error()
 
     # -- routes ---------------------------------------------------------------------------
@@ -303,27 +306,35 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.get("/dashboard")
     async def dashboard() -> Response:
-        _metrics_runtime()  # 404 unless metrics are on; the page polls /metrics
+        # 404 unless metrics are on. No token check: a browser cannot send one on a page
+        # load, and the page itself holds no data; it asks for the token the /metrics
+        # polls need.
+        if runtime().metrics is None:
+            raise _metrics_disabled()
         return await _visual_file("observability.html")
 
     def _metrics_allowed() -> bool:
-        token = _bearer_token()
+        token = _client_key()
         if settings.metrics_token:
             return key_matches(token, (settings.metrics_token,))
         if settings.proxy_api_keys:
             return key_matches(token, settings.proxy_api_keys)
         return True
 
+    def _metrics_disabled() -> ProxyError:
+        return ProxyError(
+            404, "Metrics are not enabled (set METRICS_ENABLED=1).", code="metrics_disabled"
+        )
+
     def _metrics_runtime() -> Runtime:
         rt = runtime()
         if rt.metrics is None:
-            raise ProxyError(
-                404, "Metrics are not enabled (set METRICS_ENABLED=1).", code="metrics_disabled"
-            )
+            raise _metrics_disabled()
         if not _metrics_allowed():
+            needed = "METRICS_TOKEN" if settings.metrics_token else "one of PROXY_API_KEYS"
             raise ProxyError(
                 401,
-                "The metrics endpoints need 'Authorization: Bearer <METRICS_TOKEN>'.",
+                f"The metrics endpoints need 'Authorization: Bearer <{needed}>'.",
                 type="authentication_error",
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, final
 
 import trio
 
-from .auth import bearer_token, key_matches, proxy_key_error
+from .auth import client_key, key_matches, proxy_key_error
 from .chat import ChatPipeline, JSONReply
 from .errors import ProxyError, error_body
 
@@ -44,12 +45,31 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
 
+_SLASHES: Final = re.compile("/{2,}")
+_API_ROOTS: Final = frozenset({PATH, "/v1/models", "/chat/completions", "/models"})
+_KEY_HEADERS: Final = frozenset({b"authorization", b"api-key", b"x-api-key"})
 _JSON_HEADERS: Final = ((b"content-type", b"application/json"),)
 _SSE_HEADERS: Final = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 )
+
+
+def normalize_path(path: str) -> str:
+    """The route a client meant, for the spellings that base-URL settings produce.
+
+    ``http://host:8000/`` as a base URL gives ``//v1/chat/completions``; one without ``/v1``
+    gives ``/chat/completions`` (other gateways answer both); a trailing slash sneaks in
+    the same way. Every layer behind this one, auth included, sees the canonical path.
+    """
+    if "//" in path:
+        path = _SLASHES.sub("/", path)
+    if len(path) > 1 and path.endswith("/") and path.rstrip("/") in _API_ROOTS:
+        path = path.rstrip("/")
+    if (path in _API_ROOTS and not path.startswith("/v1/")) or path.startswith("/models/"):
+        path = "/v1" + path
+    return path
 
 
 def body_too_large(max_body_bytes: int) -> ProxyError:
@@ -65,7 +85,7 @@ def parse_json_body(raw: bytes) -> object:
     if not raw or not raw.strip():
         raise ProxyError(400, "The request body is empty; send a JSON object.", code="invalid_json")
     try:
-        return json.loads(raw)
+        payload = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProxyError(
             400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
@@ -74,6 +94,49 @@ def parse_json_body(raw: bytes) -> object:
         raise ProxyError(
             400, "The JSON body of your request is nested too deeply.", code="invalid_json"
         ) from None
+    # JSON may spell half of a UTF-16 surrogate pair (``"\ud800"``); Python decodes it to a
+    # string no UTF-8 encoder accepts, which would fail later, far from the input -- in
+    # the upstream call, or in every metrics export once it is a model label.
+    if b"\\ud" in raw or b"\\uD" in raw:
+        try:
+            where = _lone_surrogate(payload, "")
+        except RecursionError:
+            raise ProxyError(
+                400, "The JSON body of your request is nested too deeply.", code="invalid_json"
+            ) from None
+        if where is not None:
+            raise ProxyError(
+                400,
+                "The request contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff), "
+                "which is not valid Unicode text.",
+                param=where.encode("utf-8", "backslashreplace").decode("utf-8") or None,
+                code="invalid_json",
+            )
+    return payload
+
+
+def _lone_surrogate(value: object, path: str) -> str | None:
+    """The path of the first string (or key) that cannot be encoded as UTF-8, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if _lone_surrogate(key, where) is not None:
+                return where
+            found = _lone_surrogate(item, where)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _header_value(value: str) -> bytes:
@@ -93,6 +156,8 @@ def _encode_headers(
 @final
 class ChatEndpoint:
     """ASGI middleware: takes ``POST /v1/chat/completions``, passes everything else on.
+
+    Paths are normalized first (``normalize_path``), for this route and all the others.
 
     Args:
       inner: the Quart app's ASGI callable (lifespan and every other route).
@@ -115,7 +180,14 @@ class ChatEndpoint:
         self._api_keys = api_keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+        if scope["type"] != "http":
+            await self._inner(scope, receive, send)
+            return
+        if scope["path"] != PATH:
+            path = normalize_path(scope["path"])
+            if path != scope["path"]:
+                scope = {**scope, "path": path, "raw_path": path.encode()}
+        if scope["path"] != PATH or scope["method"] != "POST":
             await self._inner(scope, receive, send)
             return
         arrived = trio.current_time()
@@ -139,17 +211,27 @@ class ChatEndpoint:
     def _authenticate(self, scope: Scope) -> None:
         if not self._api_keys:
             return
-        authorization = None
+        found: dict[bytes, str] = {}
         for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
-        if not key_matches(bearer_token(authorization), self._api_keys):
+            if name in _KEY_HEADERS:
+                found.setdefault(name, value.decode("latin-1"))
+        key = client_key(
+            found.get(b"authorization"), found.get(b"api-key"), found.get(b"x-api-key")
+        )
+        if not key_matches(key, self._api_keys):
             raise proxy_key_error()
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         limit = self._max_body_bytes
         for name, value in scope["headers"]:
+            if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+                raise ProxyError(
+                    415,
+                    f"Content-Encoding {value.decode('latin-1')!a} is not supported for "
+                    "request bodies; send the JSON uncompressed.",
+                    type="invalid_request_error",
+                    code="unsupported_content_encoding",
+                )
             if name == b"content-length":
                 try:
                     declared = int(value)
@@ -159,7 +241,6 @@ class ChatEndpoint:
                     ) from None
                 if declared > limit:
                     raise body_too_large(limit)
-                break
         chunks: list[bytes] = []
         size = 0
         while True:

@@ -51,6 +51,7 @@ from .translation import (
     TranslatedRequest,
     TranslationOptions,
     UpstreamStreamError,
+    client_status,
     new_completion_id,
     ratelimit_headers,
     status_for_error_type,
@@ -344,8 +345,10 @@ def _prelude_error(data: Mapping[str, Any], headers: Mapping[str, str]) -> Proxy
 
 
 def _stream_error_status(error: Mapping[str, Any]) -> int:
+    """What a stream that failed after its 200 is counted as: the status the same upstream
+    error would have been given before the first byte (an overload is a 503, not a 529)."""
     kind = error.get("error", {}).get("code") or error.get("error", {}).get("type") or ""
-    return status_for_error_type(kind)
+    return client_status(status_for_error_type(kind))
 
 
 @final
@@ -453,6 +456,14 @@ class _StreamRelay:
                         raise
                 if out:
                     yield b"".join(out)
+            if not self._translator.finished:
+                # Neither a stop reason nor message_stop: the upstream closed the stream
+                # early. Ending it cleanly would pass a truncated answer off as complete.
+                raise ProxyError(
+                    502,
+                    "The upstream stream ended before the message was complete.",
+                    code="upstream_stream_truncated",
+                )
             for chunk in self._translator.finish():
                 yield encode_data(chunk)
             yield DONE

@@ -106,12 +106,13 @@ class Resilience:
         The gate can call this before admitting a request; ``call_with_resilience`` calls it
         before every attempt. The ``Retry-After`` is the cooldown's remaining time, rounded
         up to whole seconds: a 429 when the upstream rate-limited us, a 503 when it said it
-        was overloaded.
+        was overloaded. Every error returned counts as one request shed by the cooldown.
         """
         until = self.cooldown.until
         now = trio.current_time()
         if until <= now or until < deadline:
             return None
+        self._shed += 1
         wait = max(1, math.ceil(until - now))
         if self.cooldown.reason == "rate_limited":
             return ProxyError(
@@ -178,7 +179,6 @@ class Resilience:
         while True:
             error = self.shed_error(deadline)
             if error is not None:
-                self._shed += 1
                 raise error
             until = self.cooldown.until
             if trio.current_time() >= until:

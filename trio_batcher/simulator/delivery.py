@@ -69,6 +69,11 @@ async def stream_body(
             stats.finish(trace, "error")
             yield data
             return
+        if faults.stream_end_after is not None and event.token and k >= faults.stream_end_after:
+            data = flush()
+            stats.finish(trace, "cut")
+            yield data
+            return
         if event.token:
             deadline = base + offsets[k]
             if deadline > trio.current_time():

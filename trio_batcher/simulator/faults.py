@@ -53,6 +53,9 @@ class Faults:
         ``message_start``, before any block), or in place of ``message_delta`` if the reply
         is shorter, and stop.
       stream_error_first: in a stream, send the error event first, before ``message_start``.
+      stream_end_after: in a stream, end the body cleanly after this many content deltas,
+        with no error, ``message_delta`` or ``message_stop``: a stream cut short by
+        something between the client and the API.
       no_retry_after: send a 429/529 without ``retry-after`` (as a spend limit does).
       times: fault only the first ``times`` requests carrying this directive.
       tag: no effect but to tell otherwise identical ``times`` directives apart.
@@ -66,6 +69,7 @@ class Faults:
     hang: bool = False
     stream_error_after: int | None = None
     stream_error_first: bool = False
+    stream_end_after: int | None = None
     no_retry_after: bool = False
     times: int | None = None
     tag: str | None = None
@@ -155,6 +159,7 @@ _PARSERS: Final[Mapping[str, Callable[[str], Any]]] = {
     "hang": _flag,
     "stream_error_after": _non_negative_int,
     "stream_error_first": _flag,
+    "stream_end_after": _non_negative_int,
     "no_retry_after": _flag,
     "times": _non_negative_int,
     "tag": _tag,

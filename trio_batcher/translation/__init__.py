@@ -18,6 +18,7 @@ from .response import translate_response as translate_response
 from .response import translate_usage as translate_usage
 from .stream import StreamTranslator as StreamTranslator
 from .stream import UpstreamStreamError as UpstreamStreamError
+from .upstream_errors import client_status as client_status
 from .upstream_errors import openai_error_body as openai_error_body
 from .upstream_errors import parse_retry_after as parse_retry_after
 from .upstream_errors import ratelimit_headers as ratelimit_headers
@@ -29,6 +30,7 @@ __all__ = [
     "TranslatedRequest",
     "TranslationOptions",
     "UpstreamStreamError",
+    "client_status",
     "new_completion_id",
     "openai_error_body",
     "parse_retry_after",

@@ -27,7 +27,13 @@ from typing import Any, Final
 
 from ..errors import ProxyError, error_body
 
-__all__ = ["openai_error_body", "ratelimit_headers", "status_for_error_type", "upstream_error"]
+__all__ = [
+    "client_status",
+    "openai_error_body",
+    "ratelimit_headers",
+    "status_for_error_type",
+    "upstream_error",
+]
 
 _DEFAULT_RETRY_AFTER: Final = "1"
 _RETRY_HEADERS_ON: Final = frozenset({429, 503})
@@ -75,7 +81,8 @@ def status_for_error_type(kind: object) -> int:
     return _STATUS_FOR_TYPE.get(kind, 502) if isinstance(kind, str) else 502
 
 
-def _status_for(upstream_status: int) -> int:
+def client_status(upstream_status: int) -> int:
+    """The status a client gets for an upstream error status (the policy above)."""
     if upstream_status < 500:
         return upstream_status
     if upstream_status in (503, 529):
@@ -148,7 +155,7 @@ def upstream_error(
     """
     upstream = _lower(headers)
     kind, message, body_request_id = _parse_error(body)
-    ours = _status_for(status)
+    ours = client_status(status)
     out_headers = ratelimit_headers(upstream)
     request_id = upstream.get("request-id") or body_request_id
     if request_id:
