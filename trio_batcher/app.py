@@ -34,7 +34,7 @@ from .dispatch import DirectDispatcher, Dispatcher
 from .errors import ProxyError, error_body
 from .gate import AdmissionGate
 from .metrics import Gauges, MetricsRegistry
-from .models import find_model, list_models
+from .models import ModelCatalogue, find_model, list_models
 from .pricing import load_pricing
 from .prometheus import PrometheusExporter
 from .resilience import Resilience, ResilienceConfig
@@ -68,6 +68,7 @@ class Runtime:
         self.settings = settings
         self.http = new_upstream_pool(settings)
         self.upstream = UpstreamClient(settings, self.http)
+        self.models = ModelCatalogue(self.upstream.list_models)
         self.gate = AdmissionGate(
             settings.max_inflight,
             settings.max_queue,
@@ -276,11 +277,13 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.get("/v1/models")
     async def models() -> Response:
-        return json_response(list_models(settings.default_model))
+        listed = await runtime().models.models()
+        return json_response(list_models(settings.default_model, listed))
 
     @app.get("/v1/models/<path:model_id>")
     async def model(model_id: str) -> Response:
-        found = find_model(model_id, settings.default_model)
+        listed = await runtime().models.models()
+        found = find_model(model_id, settings.default_model, listed)
         if found is None:
             raise ProxyError(
                 404,

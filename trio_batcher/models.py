@@ -1,20 +1,42 @@
-"""The model list ``GET /v1/models`` answers with.
+"""The model list ``GET /v1/models`` answers with: the upstream's own, or a bundled one.
 
 OpenAI clients (IDE plugins especially) call ``/v1/models`` to fill a model picker and to
-check that a model exists before using it, so we list the Claude models the upstream
-serves today plus whatever ``DEFAULT_MODEL`` names. The list is informational: the proxy
-forwards any model name and lets the upstream decide.
+check that a model exists before using it. A list frozen into a release goes stale with the
+next model launch, and says nothing about what this key may use, so the catalogue asks the
+upstream (Anthropic's ``GET /v1/models``) and keeps the answer for a few minutes; only when
+the upstream cannot say does it fall back to the bundled list. Either way the list is
+informational: the chat endpoint forwards any model name and lets the upstream decide.
+
+Anthropic lists dated ids (``claude-sonnet-4-5-20250929``); clients mostly use the alias
+without the date, so each dated id is listed right after its alias, and both are found.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final, final
 
-# (id, created): created is the model's public release date as a unix timestamp.
-KNOWN_MODELS: Final[tuple[tuple[str, int], ...]] = (
+import trio
+
+from .errors import ProxyError
+from .translation.request import DEFAULT_MODEL_ALIAS
+
+log = logging.getLogger("trio_batcher")
+
+Model = tuple[str, int]  # (id, created: unix time of the model's release)
+
+# The bundled list, newest first: used until the upstream answers, and when it can't.
+KNOWN_MODELS: Final[tuple[Model, ...]] = (
+    ("claude-sonnet-5", 1790726400),
+    ("claude-opus-5", 1790726400),
+    ("claude-opus-4-8", 1781481600),
+    ("claude-sonnet-4-6", 1771286400),
     ("claude-opus-4-5", 1764028800),
-    ("claude-sonnet-4-5", 1759104000),
     ("claude-haiku-4-5", 1760486400),
+    ("claude-sonnet-4-5", 1759104000),
     ("claude-opus-4-1", 1754352000),
     ("claude-opus-4", 1747872000),
     ("claude-sonnet-4", 1747872000),
@@ -22,20 +44,110 @@ KNOWN_MODELS: Final[tuple[tuple[str, int], ...]] = (
     ("claude-3-5-haiku-latest", 1729555200),
 )
 
+# How long an upstream answer is used, and how soon a failed fetch is tried again.
+FRESH_FOR_S: Final = 300.0
+RETRY_AFTER_FAILURE_S: Final = 30.0
+FETCH_TIMEOUT_S: Final = 10.0
+
+_DATED: Final = re.compile(r"^(.+)-(20\d{6})$")
+
 
 def model_object(model_id: str, created: int = 0) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": created, "owned_by": "anthropic"}
 
 
-def list_models(default_model: str) -> dict[str, Any]:
-    """OpenAI's list shape, the default model first."""
-    data = [model_object(default_model, dict(KNOWN_MODELS).get(default_model, 0))]
-    data += [model_object(mid, created) for mid, created in KNOWN_MODELS if mid != default_model]
+def from_anthropic(infos: Sequence[Mapping[str, Any]]) -> tuple[Model, ...]:
+    """Anthropic's model objects as (id, created), each dated id preceded by its alias."""
+    models: list[Model] = []
+    seen: set[str] = set()
+    for info in infos:
+        model_id = info.get("id")
+        if not isinstance(model_id, str) or not model_id:
+            continue
+        created = _unix_time(info.get("created_at"))
+        dated = _DATED.match(model_id)
+        for name in (dated.group(1), model_id) if dated else (model_id,):
+            if name not in seen:
+                seen.add(name)
+                models.append((name, created))
+    return tuple(models)
+
+
+def list_models(default_model: str, models: Sequence[Model] = KNOWN_MODELS) -> dict[str, Any]:
+    """OpenAI's list shape, ``DEFAULT_MODEL`` first (listed even if the upstream did not)."""
+    created = dict(models)
+    data = [model_object(default_model, created.get(default_model, 0))]
+    data += [model_object(mid, when) for mid, when in models if mid != default_model]
     return {"object": "list", "data": data}
 
 
-def find_model(model_id: str, default_model: str) -> dict[str, Any] | None:
-    for item in list_models(default_model)["data"]:
+def find_model(
+    model_id: str, default_model: str, models: Sequence[Model] = KNOWN_MODELS
+) -> dict[str, Any] | None:
+    """The model object for ``model_id``: a listed id, a dated form of one, or ``default``."""
+    if model_id == DEFAULT_MODEL_ALIAS:
+        found = find_model(default_model, default_model, models)
+        return model_object(DEFAULT_MODEL_ALIAS, found["created"] if found else 0)
+    dated = _DATED.match(model_id)
+    for item in list_models(default_model, models)["data"]:
         if item["id"] == model_id:
             return item  # type: ignore[no-any-return]
+        if dated and item["id"] == dated.group(1):
+            return model_object(model_id, item["created"])
     return None
+
+
+@final
+class ModelCatalogue:
+    """The upstream's model list, fetched at most once per ``FRESH_FOR_S``.
+
+    Concurrent askers share one fetch. A failed fetch is logged and answered with what the
+    catalogue had (the last upstream list, else the bundled one), and not retried for
+    ``RETRY_AFTER_FAILURE_S``, so a gateway whose key cannot list models does not ask on
+    every picker refresh.
+
+    Args:
+      fetch: returns Anthropic's model objects; raises ``ProxyError`` when it cannot.
+    """
+
+    def __init__(self, fetch: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]) -> None:
+        self._fetch = fetch
+        self._models: tuple[Model, ...] = KNOWN_MODELS
+        self._fresh_until = -float("inf")
+        self._lock = trio.Lock()
+        self.source = "bundled"
+
+    async def models(self) -> tuple[Model, ...]:
+        if trio.current_time() < self._fresh_until:
+            return self._models
+        async with self._lock:
+            now = trio.current_time()
+            if now < self._fresh_until:
+                return self._models
+            try:
+                with trio.fail_after(FETCH_TIMEOUT_S):
+                    listed = from_anthropic(await self._fetch())
+                if not listed:
+                    raise ProxyError(502, "the upstream listed no models")
+            except (ProxyError, trio.TooSlowError) as exc:
+                reason = exc.message if isinstance(exc, ProxyError) else "timed out"
+                log.warning(
+                    "listing the upstream's models failed (%s); answering with the %s list",
+                    reason,
+                    "last upstream" if self.source == "upstream" else "bundled",
+                )
+                self._fresh_until = now + RETRY_AFTER_FAILURE_S
+                return self._models
+            self._models = listed
+            self.source = "upstream"
+            self._fresh_until = now + FRESH_FOR_S
+            return self._models
+
+
+def _unix_time(value: object) -> int:
+    if not isinstance(value, str):
+        return 0
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0

@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, final
+from urllib.parse import quote
 
 import httpcore2
 import trio
@@ -31,6 +32,8 @@ from .translation import upstream_error
 from .upstream_pool import PooledResponse, UpstreamPool
 
 _CONNECT_TIMEOUT_S: Final = 10.0
+# Anthropic pages its model list (at most 1000 a page); this many pages is plenty.
+_MAX_MODEL_PAGES: Final = 10
 
 
 def new_upstream_pool(settings: Settings) -> UpstreamPool:
@@ -158,10 +161,43 @@ class UpstreamClient:
             raise upstream_error(response.status_code, raw, response.headers)
         return UpstreamStream(response, started, trio.current_time())
 
+    async def list_models(self) -> list[dict[str, Any]]:
+        """Every model ``GET /v1/models`` lists for this key, following its pages."""
+        models: list[dict[str, Any]] = []
+        after: str | None = None
+        for _ in range(_MAX_MODEL_PAGES):
+            target = "/v1/models?limit=1000" + (f"&after_id={quote(after)}" if after else "")
+            response = await self._request(b"GET", self._pool.url(target), b"")
+            try:
+                raw = await _read(response)
+            finally:
+                await response.aclose()
+            if response.status_code != 200:
+                raise upstream_error(response.status_code, raw, response.headers)
+            try:
+                page = json.loads(raw)
+            except ValueError:
+                page = None
+            data = page.get("data") if isinstance(page, dict) else None
+            if not isinstance(data, list):
+                raise ProxyError(
+                    502,
+                    "The upstream's model list is not a JSON object with a data list.",
+                    code="upstream_protocol_error",
+                )
+            models += [item for item in data if isinstance(item, dict)]
+            after = page.get("last_id")
+            if not page.get("has_more") or not isinstance(after, str):
+                break
+        return models
+
     async def _send(self, body: Mapping[str, Any]) -> PooledResponse:
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        return await self._request(b"POST", self._url, content)
+
+    async def _request(self, method: bytes, url: httpcore2.URL, content: bytes) -> PooledResponse:
         try:
-            return await self._pool.request(b"POST", self._url, self._headers, content)
+            return await self._pool.request(method, url, self._headers, content)
         except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream did not answer in time.", code="upstream_timeout"
