@@ -416,6 +416,32 @@ async def test_both_api_versions_and_both_auth_styles() -> None:
                 assert bad.json()["error"]["message"].startswith("anthropic-version")
 
 
+async def test_another_vendors_model_is_404_and_max_tokens_has_the_models_limit() -> None:
+    hi: Any = [{"role": "user", "content": "Hi"}]
+    async with simulator() as url, sdk(url) as client, http_client() as http:
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            await client.messages.create(model="gpt-4o", max_tokens=10, messages=hi)
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["error"] == {
+            "type": "not_found_error",
+            "message": "model: gpt-4o",
+        }
+        # Raw HTTP: the SDK itself refuses such a max_tokens without streaming.
+        for model, max_tokens, limit in (
+            ("claude-haiku-4-5", 64_001, 64_000),
+            ("claude-next", 10**9, 128_000),
+        ):
+            body = {"model": model, "max_tokens": max_tokens, "messages": hi}
+            too_many = await http.post(f"{url}/v1/messages", json=body, headers=HEADERS)
+            assert too_many.status_code == 400
+            assert too_many.json()["error"]["message"].startswith(
+                f"max_tokens: {max_tokens} > {limit}, which is the maximum"
+            )
+        # Any claude-* id is served: the simulator need not change with each release.
+        reply = await client.messages.create(model="claude-next", max_tokens=10, messages=hi)
+        assert reply.content
+
+
 async def test_invalid_body_is_a_bad_request_naming_the_field() -> None:
     async with simulator() as url, sdk(url) as client:
         with pytest.raises(anthropic.BadRequestError) as info:

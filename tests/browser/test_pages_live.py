@@ -17,7 +17,11 @@ from browser_support import LiveProxy, assert_metrics_shown, assert_report_shown
 pytestmark = pytest.mark.browser
 
 # Two priced families and one the price table does not know.
-MODELS = ["claude-sonnet-4-5", "claude-3-5-haiku-latest", "acme-unpriced-model"]
+MODELS = [
+    "claude-sonnet-4-5",
+    "claude-3-5-haiku-latest",
+    "claude-unpriced-test",
+]  # a claude-* id the price table lacks
 
 
 def send_traffic(proxy: LiveProxy, count: int, streams: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final, cast, final
 
@@ -34,7 +35,7 @@ from .delivery import stream_body
 from .errors import DEFAULT_MESSAGES, SimulatorError, error_json, error_type_for
 from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_faults, parse_faults
 from .latency import reply_delay, schedule
-from .models import find_model, list_models
+from .models import DEFAULT_MAX_OUTPUT_TOKENS, find_model, list_models
 from .prompt import InputUsage, analyse_prompt
 from .replies import Reply
 from .sse import render_stream
@@ -223,6 +224,28 @@ def _check_headers(config: SimulatorConfig) -> str:
     return version
 
 
+def _check_model(body: Mapping[str, Any]) -> None:
+    """The checks the real API makes against its model table, after validation.
+
+    Any ``claude-*`` id is served (the simulator need not change with each release), but
+    a name from another vendor is a 404, as upstream, so that a misconfigured
+    ``DEFAULT_MODEL`` or a client's ``gpt-4o`` fails under ``--simulate`` too; and
+    ``max_tokens`` may not pass the model's output limit.
+    """
+    model = body["model"]
+    if not model.startswith("claude-"):
+        raise SimulatorError(404, f"model: {model}")
+    info = find_model(model)
+    limit = info["max_tokens"] if info is not None else DEFAULT_MAX_OUTPUT_TOKENS
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, int) and max_tokens > limit:
+        raise SimulatorError(
+            400,
+            f"max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of "
+            f"output tokens for {model}",
+        )
+
+
 async def _read_json(config: SimulatorConfig) -> tuple[bytes, Any]:
     """The raw body and its decoded JSON."""
     try:
@@ -253,6 +276,7 @@ async def _messages(state: SimulatorState) -> Response:
         api_version = _check_headers(config)
         raw, body = await _read_json(config)
         validate_messages_request(body, api_version=api_version)
+        _check_model(body)
         header = request.headers.get(FAULT_HEADER)
         faults = parse_faults(header) if header else NO_FAULTS
         faults = faults.merged(embedded_faults(body))

@@ -1,13 +1,16 @@
 """The model catalogue the simulator lists at ``GET /v1/models``.
 
-Replies do not depend on the model (any non-empty model id is accepted, as a simulator
-should not need updating for each release); this list only makes ``/v1/models`` look like
-Anthropic's, newest first.
+Replies do not depend on the model, and any ``claude-*`` id is served (a simulator should
+not need updating for each release); this list makes ``/v1/models`` look like Anthropic's,
+newest first, and gives the output limit ``max_tokens`` is checked against.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+# The output limit for a claude-* id the catalogue does not know.
+DEFAULT_MAX_OUTPUT_TOKENS: Final = 128_000
 
 # (id, display name, created_at, lifecycle, max input tokens, max output tokens)
 CATALOGUE: Final[tuple[tuple[str, str, str, str, int, int], ...]] = (
