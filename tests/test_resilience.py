@@ -599,6 +599,85 @@ async def test_current_limit_is_none_when_adaptive_is_off() -> None:
     assert Resilience(limiter=trio.CapacityLimiter(4)).statistics().current_limit is None
 
 
+# -- per-model rate limits ------------------------------------------------------------------
+
+
+async def call_model(
+    upstream: FakeUpstream, ctx: Resilience, model: str, *, deadline: float = math.inf
+) -> Reply:
+    return await call_with_resilience(
+        upstream.attempt,
+        deadline=deadline,
+        ctx=ctx,
+        headers_of=lambda r: r.headers,
+        model=model,
+    )
+
+
+async def test_a_rate_limit_holds_only_calls_to_the_model_it_was_for(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ctx = Resilience(ResilienceConfig(max_retries=0))
+    with pytest.raises(ProxyError):
+        await call_model(
+            FakeUpstream([Step(error=partial(rate_limited, 5.0))]), ctx, "claude-opus-4-5"
+        )
+    other, same = FakeUpstream(), FakeUpstream()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call_model, other, ctx, "claude-haiku-4-5")
+        nursery.start_soon(call_model, same, ctx, "claude-opus-4-5-20251101")  # same model
+    assert other.starts == [0.0]
+    assert same.starts == [5.0]
+    # Shedding by deadline is per model too.
+    assert ctx.shed_error(trio.current_time() + 1.0, "claude-opus-4-5") is None  # it passed
+    with pytest.raises(ProxyError):
+        await call_model(FakeUpstream([Step(error=partial(rate_limited, 9.0))]), ctx, "claude-x")
+    assert ctx.shed_error(trio.current_time() + 2.0, "claude-x") is not None
+    assert ctx.shed_error(trio.current_time() + 2.0, "claude-y") is None
+    stats = ctx.statistics()
+    assert (stats.cooldowns_opened, stats.cooldown_remaining) == (2, 9.0)
+
+
+async def test_an_overload_holds_calls_to_every_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ctx = Resilience(ResilienceConfig(max_retries=0))
+    with pytest.raises(ProxyError):
+        await call_model(FakeUpstream([Step(error=partial(overloaded, 4.0))]), ctx, "claude-a")
+    other = FakeUpstream()
+    await call_model(other, ctx, "claude-b")
+    assert other.starts == [4.0]
+
+
+async def test_exhausted_rate_limit_headers_hold_only_their_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ctx = Resilience(wall_clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    headers = {
+        "anthropic-ratelimit-tokens-remaining": "0",
+        "anthropic-ratelimit-tokens-reset": "2026-01-01T00:00:03Z",
+    }
+    await call_model(FakeUpstream([Step(headers=headers)]), ctx, "claude-a")
+    other, same = FakeUpstream(), FakeUpstream()
+    await call_model(other, ctx, "claude-b")
+    await call_model(same, ctx, "claude-a")
+    assert (other.starts, same.starts) == ([0.0], [3.0])
+
+
+async def test_expired_model_cooldowns_are_dropped_and_still_counted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ctx = Resilience(ResilienceConfig(max_retries=0))
+    for i in range(100):
+        with pytest.raises(ProxyError):
+            await call_model(
+                FakeUpstream([Step(error=partial(rate_limited, 1.0))]), ctx, f"claude-{i}"
+            )
+        await trio.sleep(1.0)
+    assert len(ctx._model_cooldowns) <= 64
+    assert ctx.statistics().cooldowns_opened == 100
+
+
 # -- rate-limit awareness -------------------------------------------------------------------
 
 _WALL = datetime(2026, 1, 1, tzinfo=UTC)

@@ -162,6 +162,13 @@ async def test_a_request_arriving_in_a_cooldown_longer_than_its_deadline_is_answ
         assert stats["requests_total"] == 1  # the second request never reached it
         metrics = await _metrics(http, url)
         assert metrics["rejected"]["by_reason"] == {"upstream_cooldown": 1}
+        assert metrics["upstream"]["shed_by_cooldown"] == 1
+        # Another model: held by an overload, which is the whole upstream's; not by a rate
+        # limit, which is per model.
+        other = await http.post(
+            f"{url}{CHAT}", json={**_body("a question"), "model": "claude-haiku-4-5"}
+        )
+        assert other.status_code == (503 if status == 503 else 200)
 
 
 # --------------------------------------------------------------------------- a burst

@@ -131,7 +131,7 @@ class ChatPipeline:
         """Answer one request body; raises ``ProxyError`` for anything but success."""
         tr = translate_request(payload, self._options)
         deadline = arrived + self._settings.request_timeout_s
-        early = self._resilience.shed_error(deadline)
+        early = self._resilience.shed_error(deadline, tr.upstream_model)
         if early is not None:  # the upstream asked us to wait longer than this request may
             if self._metrics is not None:
                 self._metrics.record_rejected(early.code or "upstream_cooldown")
@@ -186,6 +186,7 @@ class ChatPipeline:
                 deadline=deadline,
                 ctx=self._resilience,
                 headers_of=_reply_headers_of,
+                model=tr.upstream_model,
             )
 
         reply: UpstreamReply | None = None
@@ -247,6 +248,7 @@ class ChatPipeline:
                     deadline=deadline,
                     ctx=self._resilience,
                     headers_of=_stream_headers_of,
+                    model=str(body["model"]),
                 )
                 try:
                     upstream = {

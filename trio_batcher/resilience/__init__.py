@@ -8,8 +8,9 @@ inside its dispatcher job (so it holds its limiter token throughout, backoffs in
 
 Per request, a loop of *attempts*:
 
-1. **Cooldown.** Before each attempt (the first too), wait until the shared cooldown has
-   passed. If the cooldown lasts until the request's deadline or later, fail at once with
+1. **Cooldown.** Before each attempt (the first too), wait until the cooldowns holding the
+   call have passed: the shared one (overloads) and the called model's own (rate limits,
+   which Anthropic keeps per model; ``rate_limit_key``). If the cooldown lasts until the request's deadline or later, fail at once with
    an honest ``Retry-After`` (429 if the upstream rate-limited us, 503 if it was
    overloaded) instead of waiting to time out. ``Resilience.shed_error(deadline)`` is the
    same test, for the admission gate to shed before a slot is even taken.
@@ -17,10 +18,10 @@ Per request, a loop of *attempts*:
    ``open_until_content``: open, and read up to the first content event; an ``error`` event
    before that is raised as a ``ProxyError`` like any error status. Only exceptions raised
    *inside* the attempt are retried; after it returns, nothing is.
-3. **Record.** Every outcome feeds the shared state: a 429/529 with ``retry-after`` opens or
-   extends the cooldown to ``now + retry_after`` (capped at ``max_wait_s``; it never
+3. **Record.** Every outcome feeds the shared state: a 529 with ``retry-after`` opens or
+   extends the shared cooldown, a 429 the model's, to ``now + retry_after`` (capped at ``max_wait_s``; it never
    shrinks); ``anthropic-ratelimit-*-remaining: 0`` on any response holds new calls until
-   that resource's reset, through the same cooldown; the adaptive limit (if on) sees an
+   that resource's reset, through the model's cooldown; the adaptive limit (if on) sees an
    overload (429 with retry-after, 529, timeout), a clean call, or another failure.
 4. **Decide.** Retry only if all of these allow it, in this order: the policy (retryable
    signal -- 429 with retry-after, 529, 500/502/503/504, connect error, timeout -- fewer
@@ -54,6 +55,7 @@ from ._budget import RetryBudget as RetryBudget
 from ._call import Resilience as Resilience
 from ._call import ResilienceStatistics as ResilienceStatistics
 from ._call import call_with_resilience as call_with_resilience
+from ._call import rate_limit_key as rate_limit_key
 from ._config import ResilienceConfig as ResilienceConfig
 from ._cooldown import Cooldown as Cooldown
 from ._cooldown import CooldownReason as CooldownReason
@@ -88,6 +90,7 @@ __all__ = [
     "classify",
     "open_until_content",
     "parse_go_duration",
+    "rate_limit_key",
     "ratelimit_hold",
     "retry_delay",
 ]

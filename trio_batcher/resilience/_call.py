@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TypeVar, final, get_args
+from typing import Final, TypeVar, final, get_args
 
 import trio
 
@@ -16,13 +17,27 @@ from ..errors import ProxyError
 from ._aimd import AdaptiveLimit
 from ._budget import RetryBudget
 from ._config import ResilienceConfig
-from ._cooldown import Cooldown
+from ._cooldown import Cooldown, CooldownReason
 from ._policy import CLEAN, OVERLOAD, Failure, Signal, classify, retry_delay
 from ._ratelimit import ratelimit_hold
 
-__all__ = ["Resilience", "ResilienceStatistics", "call_with_resilience"]
+__all__ = ["Resilience", "ResilienceStatistics", "call_with_resilience", "rate_limit_key"]
 
 T = TypeVar("T")
+
+_DATED: Final = re.compile(r"^(.+)-20\d{6}$")
+# Model cooldowns kept before the expired ones are dropped (their counts are kept).
+_MAX_MODEL_COOLDOWNS: Final = 64
+
+
+def rate_limit_key(model: str) -> str:
+    """Which rate limits a call to ``model`` counts against.
+
+    Anthropic limits each model separately (a 429 on Opus says nothing about Haiku); a
+    dated id and its alias are the same model.
+    """
+    dated = _DATED.match(model)
+    return dated.group(1) if dated else model
 
 
 @final
@@ -77,7 +92,12 @@ class Resilience:
     ) -> None:
         self.config = config = config or ResilienceConfig()
         self._limiter = limiter
+        # Overloads (and rate limits of calls that name no model) hold every call; a rate
+        # limit holds only calls to the model it was for.
         self.cooldown = Cooldown(enabled=config.coordinated)
+        self._model_cooldowns: dict[str, Cooldown] = {}
+        self._dropped_opened = 0
+        self._dropped_extended = 0
         self.budget = RetryBudget(
             config.budget_ratio,
             window=config.budget_window_s,
@@ -100,21 +120,23 @@ class Resilience:
         self._ratelimit_holds = 0
         self._failures: dict[str, int] = dict.fromkeys(get_args(Signal), 0)
 
-    def shed_error(self, deadline: float) -> ProxyError | None:
-        """The error to answer at once if the cooldown lasts until ``deadline`` or later.
+    def shed_error(self, deadline: float, model: str | None = None) -> ProxyError | None:
+        """The error to answer at once if a cooldown holding calls to ``model`` (the shared
+        one, or the model's own) lasts until ``deadline`` or later.
 
         The gate can call this before admitting a request; ``call_with_resilience`` calls it
         before every attempt. The ``Retry-After`` is the cooldown's remaining time, rounded
         up to whole seconds: a 429 when the upstream rate-limited us, a 503 when it said it
         was overloaded. Every error returned counts as one request shed by the cooldown.
         """
-        until = self.cooldown.until
+        cooldown = self._holding(model)
+        until = cooldown.until
         now = trio.current_time()
         if until <= now or until < deadline:
             return None
         self._shed += 1
         wait = max(1, math.ceil(until - now))
-        if self.cooldown.reason == "rate_limited":
+        if cooldown.reason == "rate_limited":
             return ProxyError(
                 429,
                 f"The upstream is rate limiting this gateway; retry after {wait} s.",
@@ -129,8 +151,8 @@ class Resilience:
             headers={"Retry-After": str(wait)},
         )
 
-    def observe_headers(self, headers: Mapping[str, str]) -> None:
-        """Hold new calls while a rate-limit resource is exhausted (remaining 0).
+    def observe_headers(self, headers: Mapping[str, str], model: str | None = None) -> None:
+        """Hold new calls to ``model`` while a rate-limit resource is exhausted (remaining 0).
 
         The hold lasts until the upstream bucket has refilled as many units as the limiter
         releases at once (one without a limiter), not until it is full again.
@@ -148,11 +170,40 @@ class Resilience:
         if hold is None or hold <= 0:
             return
         until = trio.current_time() + min(hold, self.config.max_wait_s)
-        if self.cooldown.open_until(until, "rate_limited"):
+        if self._cooldown_for(model, "rate_limited").open_until(until, "rate_limited"):
             self._ratelimit_holds += 1
 
+    def _cooldown_for(self, model: str | None, reason: CooldownReason) -> Cooldown:
+        """The cooldown a failure with ``reason`` on a call to ``model`` opens."""
+        if model is None or reason == "overloaded":
+            return self.cooldown
+        key = rate_limit_key(model)
+        cooldown = self._model_cooldowns.get(key)
+        if cooldown is None:
+            if len(self._model_cooldowns) >= _MAX_MODEL_COOLDOWNS:
+                self._drop_expired()
+            cooldown = self._model_cooldowns[key] = Cooldown(enabled=self.cooldown.enabled)
+        return cooldown
+
+    def _holding(self, model: str | None) -> Cooldown:
+        """Of the cooldowns that hold calls to ``model``, the one that ends last."""
+        cooldown = self.cooldown
+        own = None if model is None else self._model_cooldowns.get(rate_limit_key(model))
+        if own is not None and own.until > cooldown.until:
+            return own
+        return cooldown
+
+    def _drop_expired(self) -> None:
+        now = trio.current_time()
+        for key, cooldown in list(self._model_cooldowns.items()):
+            if cooldown.until <= now:
+                stats = cooldown.statistics()
+                self._dropped_opened += stats.opened
+                self._dropped_extended += stats.extended
+                del self._model_cooldowns[key]
+
     def statistics(self) -> ResilienceStatistics:
-        cooldown = self.cooldown.statistics()
+        cooldowns = [c.statistics() for c in (self.cooldown, *self._model_cooldowns.values())]
         adaptive = self.adaptive.statistics() if self.adaptive is not None else None
         return ResilienceStatistics(
             requests=self._requests,
@@ -163,9 +214,9 @@ class Resilience:
             shed_by_cooldown=self._shed,
             failures_by_signal=MappingProxyType(dict(self._failures)),
             waiting_for_cooldown=self._waiting,
-            cooldowns_opened=cooldown.opened,
-            cooldowns_extended=cooldown.extended,
-            cooldown_remaining=cooldown.remaining,
+            cooldowns_opened=self._dropped_opened + sum(c.opened for c in cooldowns),
+            cooldowns_extended=self._dropped_extended + sum(c.extended for c in cooldowns),
+            cooldown_remaining=max(c.remaining for c in cooldowns),
             ratelimit_holds=self._ratelimit_holds,
             current_limit=None if adaptive is None else adaptive.limit,
             limit_increases=0 if adaptive is None else adaptive.increases,
@@ -174,13 +225,14 @@ class Resilience:
 
     # -- for call_with_resilience -------------------------------------------------------------
 
-    async def _wait_clear(self, deadline: float) -> None:
-        """Wait out the cooldown, or raise the shed error if it would outlast ``deadline``."""
+    async def _wait_clear(self, deadline: float, model: str | None) -> None:
+        """Wait out the cooldowns that hold ``model``, or raise the shed error if they would
+        outlast ``deadline``."""
         while True:
-            error = self.shed_error(deadline)
+            error = self.shed_error(deadline, model)
             if error is not None:
                 raise error
-            until = self.cooldown.until
+            until = self._holding(model).until
             if trio.current_time() >= until:
                 return
             self._waiting += 1
@@ -202,12 +254,15 @@ class Resilience:
         if self.adaptive is not None:
             self.adaptive.on_clean(epoch)
 
-    def _record_failure(self, exc: ProxyError, failure: Failure, epoch: int) -> None:
+    def _record_failure(
+        self, exc: ProxyError, failure: Failure, epoch: int, model: str | None
+    ) -> None:
         self._failures[failure.signal] += 1
         if failure.retry_after is not None and failure.signal in ("rate_limited", "overloaded"):
             wait = min(failure.retry_after, self.config.max_wait_s)
-            self.cooldown.open_until(trio.current_time() + wait, failure.signal)
-        self.observe_headers(exc.headers)
+            cooldown = self._cooldown_for(model, failure.signal)
+            cooldown.open_until(trio.current_time() + wait, failure.signal)
+        self.observe_headers(exc.headers, model)
         if self.adaptive is not None:
             if failure.signal in OVERLOAD:
                 self.adaptive.on_overload(epoch)
@@ -216,13 +271,15 @@ class Resilience:
             else:
                 self.adaptive.on_failure(epoch)
 
-    def _plan_retry(self, failure: Failure, retries_done: int, deadline: float) -> float | None:
+    def _plan_retry(
+        self, failure: Failure, retries_done: int, deadline: float, model: str | None
+    ) -> float | None:
         """When to retry (trio time), or ``None``: policy, then deadline, then budget."""
         delay = retry_delay(failure, retries_done, self.config, self._rng)
         if delay is None:
             return None
         retry_at = trio.current_time() + delay
-        if max(retry_at, self.cooldown.until) >= deadline:
+        if max(retry_at, self._holding(model).until) >= deadline:
             self._denied_by_deadline += 1
             return None
         if not self.budget.try_spend():
@@ -238,6 +295,7 @@ async def call_with_resilience(
     deadline: float,
     ctx: Resilience,
     headers_of: Callable[[T], Mapping[str, str]] | None = None,
+    model: str | None = None,
 ) -> T:
     """Run ``attempt`` until it succeeds, retrying what the policy, deadline and budget allow.
 
@@ -253,6 +311,8 @@ async def call_with_resilience(
       ctx: the process's shared ``Resilience``.
       headers_of: the upstream response headers of a successful result, for rate-limit
         awareness (``lambda reply: reply.headers``).
+      model: the model called: a rate limit (429, or a resource at 0) then holds only calls
+        to that model, while an overload holds every call. ``None``: every cooldown is shared.
 
     Returns:
       The first successful attempt's value.
@@ -264,19 +324,19 @@ async def call_with_resilience(
     """
     retries = 0
     while True:
-        await ctx._wait_clear(deadline)
+        await ctx._wait_clear(deadline, model)
         epoch = ctx._start_attempt(first=retries == 0)
         try:
             result = await attempt()
         except ProxyError as exc:
             failure = classify(exc)
-            ctx._record_failure(exc, failure, epoch)
-            retry_at = ctx._plan_retry(failure, retries, deadline)
+            ctx._record_failure(exc, failure, epoch, model)
+            retry_at = ctx._plan_retry(failure, retries, deadline, model)
             if retry_at is None:
                 raise
         else:
             if headers_of is not None:
-                ctx.observe_headers(headers_of(result))
+                ctx.observe_headers(headers_of(result), model)
             ctx._record_clean(epoch)
             return result
         retries += 1
