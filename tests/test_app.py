@@ -213,7 +213,8 @@ async def test_upstream_key_is_never_echoed_or_logged(caplog: pytest.LogCaptureF
         settings = proxy_settings(sim)  # sends SIM_KEY, which this simulator refuses
         async with running_proxy(settings) as url, httpx2.AsyncClient() as http:
             response = await http.post(f"{url}/v1/chat/completions", json=HELLO)
-            _assert_openai_error(response, 401)
+            _assert_openai_error(response, 502)  # the gateway's key, not the client's
+            assert response.json()["error"]["code"] == "upstream_authentication_error"
             assert SIM_KEY not in response.text
             ok = await http.post(f"{url}/v1/chat/completions", json={**HELLO, "messages": "bad"})
             assert SIM_KEY not in ok.text

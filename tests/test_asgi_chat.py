@@ -236,8 +236,61 @@ async def test_a_compressed_request_body_is_415_not_a_json_error() -> None:
         )
         assert response.status_code == 415
         assert response.json()["error"]["code"] == "unsupported_content_encoding"
+        assert response.headers["accept-encoding"] == "identity"
         identity = await http.post(
             f"{url}/v1/chat/completions", json=HELLO, headers={"content-encoding": "identity"}
         )
         assert identity.status_code == 200
+        assert (await sim.stats())["requests_total"] == 1
+
+
+def _fn_tool(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": parameters}}
+
+
+def _with_deep_tool_schema(depth: int) -> bytes:
+    # Spelled out: json.dumps itself would fail on it, deep in pytest's stack.
+    schema = '{"type":"array","items":' * depth + '{"type":"string"}' + "}" * depth
+    tools = '[{"type":"function","function":{"name":"f","parameters":{"type":"object",'
+    tools += '"properties":{"x":' + schema + "}}}}]"
+    return (json.dumps(HELLO)[:-1] + ',"tools":' + tools + "}").encode()
+
+
+def _nested_schema(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return {"type": "object", "properties": {"x": schema}}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # A surrogate encoded as UTF-8 bytes, and a UTF-16 body: JSON is UTF-8 only.
+        (
+            b'{"model":"claude-x\xed\xa0\x80","messages":[{"role":"user","content":"hi"}]}',
+            "not UTF-8",
+        ),
+        (json.dumps({**HELLO, "model": "m\ud800"}).encode("utf-16-le"), "could not parse"),
+        # Deep enough to pass json.loads but break re-serialising the upstream body.
+        (_with_deep_tool_schema(250), "more than 200 levels"),
+    ],
+    ids=["utf8-surrogate", "utf16", "deep-tool-schema"],
+)
+async def test_bodies_that_would_fail_later_are_400s_at_the_door(body: bytes, message: str) -> None:
+    async with (
+        proxy_and_simulator(metrics_enabled=True) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
+        response = await http.post(f"{url}/v1/chat/completions", content=body)
+        assert response.status_code == 400
+        assert message in response.json()["error"]["message"]
+        assert (await http.get(f"{url}/metrics/prometheus")).status_code == 200
+        # A schema nested as deep as real ones get is fine, and so is a UTF-8 BOM.
+        tools = [_fn_tool(_nested_schema(40))]
+        fine = await http.post(
+            f"{url}/v1/chat/completions",
+            content=b"\xef\xbb\xbf" + json.dumps({**HELLO, "tools": tools}).encode(),
+        )
+        assert fine.status_code == 200
         assert (await sim.stats())["requests_total"] == 1

@@ -35,19 +35,20 @@ async def test_a_drive_by_text_plain_post_from_another_site_is_403_and_spends_no
         assert (await sim.stats())["requests_total"] == 0
 
 
-async def test_clients_without_an_origin_and_the_gateways_own_pages_are_unaffected() -> None:
+async def test_clients_without_an_origin_pass_and_a_rebinding_page_does_not() -> None:
     async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
         plain = await http.post(f"{url}/v1/chat/completions", json=HELLO)
         assert plain.status_code == 200
-        own = await http.post(f"{url}/v1/chat/completions", json=HELLO, headers={"origin": url})
-        assert own.status_code == 200
-        behind_a_proxy = await http.post(
+        assert "vary" not in plain.headers  # no CORS configured: nothing varies
+        # DNS rebinding: the attacker's name resolves to the gateway, so Host and Origin
+        # agree. Nothing in the request tells it from the gateway's own name.
+        rebound = await http.post(
             f"{url}/v1/chat/completions",
             json=HELLO,
-            headers={"origin": "https://gw.example", "x-forwarded-host": "gw.example"},
+            headers={"host": "rebind.attacker.example", "origin": "http://rebind.attacker.example"},
         )
-        assert behind_a_proxy.status_code == 200
-        assert (await sim.stats())["requests_total"] == 3
+        assert rebound.status_code == 403
+        assert (await sim.stats())["requests_total"] == 1
 
 
 async def test_a_listed_origin_gets_its_preflight_and_readable_answers() -> None:
@@ -73,6 +74,9 @@ async def test_a_listed_origin_gets_its_preflight_and_readable_answers() -> None
         assert int(preflight.headers["access-control-max-age"]) > 0
         assert "access-control-allow-credentials" not in preflight.headers
 
+        no_origin = await http.get(f"{url}/v1/models")
+        assert no_origin.headers["vary"] == "Origin"  # a shared cache must not mix the two
+        assert "access-control-allow-origin" not in no_origin.headers
         reply = await http.post(f"{url}/v1/chat/completions", json=HELLO, headers={"origin": PAGE})
         assert reply.status_code == 200
         assert reply.headers["access-control-allow-origin"] == PAGE
@@ -141,6 +145,9 @@ async def test_star_allows_any_page_but_keys_still_apply() -> None:
             ("http://localhost:3000", "https://chat.example.com"),
         ),
         ("null", ("null",)),
+        ("https://chat.example.com:443,http://x:80", ("https://chat.example.com", "http://x")),
+        ("http://[::1]:8080", ("http://[::1]:8080",)),
+        ("https://bücher.example", ("https://xn--bcher-kva.example",)),
         ("vscode-webview://abc123", ("vscode-webview://abc123",)),
     ],
 )
@@ -148,7 +155,17 @@ def test_cors_allow_origins_parses_origins(raw: str, parsed: tuple[str, ...]) ->
     assert Settings.from_env({"CORS_ALLOW_ORIGINS": raw}).cors_allow_origins == parsed
 
 
-@pytest.mark.parametrize("raw", ["localhost:3000", "https://chat.example.com/app", "http://"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "localhost:3000",
+        "https://chat.example.com/app",
+        "http://",
+        "https://*.example.com",
+        "http://user@x",
+        "http://x:99999",
+    ],
+)
 def test_cors_allow_origins_rejects_what_is_not_an_origin(raw: str) -> None:
     with pytest.raises(SettingsError, match="CORS_ALLOW_ORIGINS"):
         Settings.from_env({"CORS_ALLOW_ORIGINS": raw})

@@ -60,6 +60,11 @@ def test_find_model_knows_dated_forms_and_the_default_alias() -> None:
     assert default is not None and (default["id"], default["created"]) == ("default", 1790726400)
     assert find_model("gpt-4o", "claude-opus-5", models) is None
     assert find_model("claude-sonnet-4-5-2025", "claude-opus-5", models) is None
+    assert find_model("claude-sonnet-4-5-20250929-20250929", "claude-opus-5", models) is None
+    # Once the list names a model's real dated ids, only those are found.
+    upstream = (*models, ("claude-sonnet-4-5-20250929", 1759104000))
+    assert find_model("claude-sonnet-4-5-20250929", "claude-opus-5", upstream) is not None
+    assert find_model("claude-sonnet-4-5-20991231", "claude-opus-5", upstream) is None
 
 
 class _FakeUpstream:

@@ -511,6 +511,23 @@ async def test_n_above_one_is_bad_request_naming_n() -> None:
         assert await _requests_total(sim) == 0
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_another_vendors_model_is_not_found_with_openais_model_not_found(
+    stream: bool,
+) -> None:
+    async with proxy_and_simulator() as (url, _sim):
+        with pytest.raises(openai.NotFoundError) as info:
+            await openai_client(url).chat.completions.create(
+                model="gpt-4o", messages=_user("Hi"), stream=stream
+            )
+        assert (info.value.code, info.value.param, info.value.type) == (
+            "model_not_found",
+            "model",
+            "invalid_request_error",
+        )
+        assert "gpt-4o" in info.value.message
+
+
 async def test_upstream_429_is_rate_limit_error_with_the_upstream_retry_after() -> None:
     async with proxy_and_simulator(upstream_max_retries=0, upstream_coordinated_backoff=False) as (
         url,

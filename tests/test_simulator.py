@@ -442,6 +442,16 @@ async def test_another_vendors_model_is_404_and_max_tokens_has_the_models_limit(
         assert reply.content
 
 
+async def test_a_body_nested_past_the_limit_is_a_bad_request_not_a_crash() -> None:
+    deep = '{"a":' * 300 + "1" + "}" * 300
+    body = '{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"hi"}],'
+    body += '"metadata":' + deep + "}"
+    async with simulator() as url, http_client() as http:
+        response = await http.post(f"{url}/v1/messages", content=body, headers=HEADERS)
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == "body: JSON nesting exceeds 256 levels"
+
+
 async def test_invalid_body_is_a_bad_request_naming_the_field() -> None:
     async with simulator() as url, sdk(url) as client:
         with pytest.raises(anthropic.BadRequestError) as info:

@@ -35,12 +35,16 @@ ERRORS = [
         {"x-request-id": "req_1"},
     ),
     (
-        "401_kept",
+        "401_is_502_naming_the_gateways_key",
         401,
         anthropic_error("authentication_error", "invalid x-api-key"),
         {},
-        401,
-        body("invalid x-api-key", "authentication_error", "authentication_error"),
+        502,
+        body(
+            "The upstream refused this gateway's API key (ANTHROPIC_API_KEY): invalid x-api-key",
+            "upstream_error",
+            "upstream_authentication_error",
+        ),
         {},
     ),
     (
@@ -62,12 +66,28 @@ ERRORS = [
         {},
     ),
     (
-        "404_kept",
+        "404_for_the_model_is_model_not_found",
         404,
         anthropic_error("not_found_error", "model: claude-x"),
         {},
         404,
-        body("model: claude-x", "not_found_error", "not_found_error"),
+        {
+            "error": {
+                "message": "The model 'claude-x' does not exist or the upstream key cannot use it.",
+                "type": "invalid_request_error",
+                "param": "model",
+                "code": "model_not_found",
+            }
+        },
+        {},
+    ),
+    (
+        "404_kept",
+        404,
+        anthropic_error("not_found_error", "file: f_1 was not found"),
+        {},
+        404,
+        body("file: f_1 was not found", "not_found_error", "not_found_error"),
         {},
     ),
     (
@@ -332,7 +352,7 @@ def test_go_duration(seconds: float, text: str) -> None:
     ("kind", "status"),
     [
         ("invalid_request_error", 400),
-        ("authentication_error", 401),
+        ("authentication_error", 401),  # upstream's status; client_status makes it 502
         ("billing_error", 402),
         ("permission_error", 403),
         ("not_found_error", 404),

@@ -34,10 +34,14 @@ import trio
 from .auth import client_key, key_matches, proxy_key_error
 from .chat import ChatPipeline, JSONReply
 from .errors import ProxyError, error_body
+from .json_depth import deeper_than
 
 log = logging.getLogger("trio_batcher")
 
 PATH: Final = "/v1/chat/completions"
+# Deeper than any real request (tool schemas nest a few dozen levels at most), and far
+# enough below Python's recursion limit that serialising the body again is safe.
+MAX_JSON_DEPTH: Final = 200
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,29 +85,36 @@ def body_too_large(max_body_bytes: int) -> ProxyError:
 
 
 def parse_json_body(raw: bytes) -> object:
-    """The request's JSON, or a 400 that says what is wrong with it."""
+    """The request's JSON, or a 400 that says what is wrong with it.
+
+    Stricter than ``json.loads(bytes)`` where that would let trouble in: the body must be
+    UTF-8 (JSON's only interchange encoding; ``json.loads`` would also take UTF-16 and
+    encoded surrogates), may not spell an unpaired UTF-16 surrogate as an escape, and may
+    not nest deeper than ``MAX_JSON_DEPTH``. Each of those would otherwise fail later, far
+    from the input: in the upstream call's serialisation, or in every metrics export once
+    a bad string is a model label.
+    """
     if not raw or not raw.strip():
         raise ProxyError(400, "The request body is empty; send a JSON object.", code="invalid_json")
     try:
-        payload = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ProxyError(
+            400, f"The request body is not UTF-8 text ({exc.reason}).", code="invalid_json"
+        ) from None
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
         raise ProxyError(
             400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
         ) from None
     except RecursionError:
-        raise ProxyError(
-            400, "The JSON body of your request is nested too deeply.", code="invalid_json"
-        ) from None
-    # JSON may spell half of a UTF-16 surrogate pair (``"\ud800"``); Python decodes it to a
-    # string no UTF-8 encoder accepts, which would fail later, far from the input -- in
-    # the upstream call, or in every metrics export once it is a model label.
-    if b"\\ud" in raw or b"\\uD" in raw:
-        try:
-            where = _lone_surrogate(payload, "")
-        except RecursionError:
-            raise ProxyError(
-                400, "The JSON body of your request is nested too deeply.", code="invalid_json"
-            ) from None
+        raise _too_deep() from None
+    # A chat request has a few dozen brackets; only a body with many can be deep.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and deeper_than(payload, MAX_JSON_DEPTH):
+        raise _too_deep()
+    if "\\ud" in text or "\\uD" in text:
+        where = _lone_surrogate(payload, "")
         if where is not None:
             raise ProxyError(
                 400,
@@ -113,6 +124,14 @@ def parse_json_body(raw: bytes) -> object:
                 code="invalid_json",
             )
     return payload
+
+
+def _too_deep() -> ProxyError:
+    return ProxyError(
+        400,
+        f"The JSON body of your request is nested too deeply (more than {MAX_JSON_DEPTH} levels).",
+        code="invalid_json",
+    )
 
 
 def _lone_surrogate(value: object, path: str) -> str | None:
@@ -231,6 +250,7 @@ class ChatEndpoint:
                     "request bodies; send the JSON uncompressed.",
                     type="invalid_request_error",
                     code="unsupported_content_encoding",
+                    headers={"Accept-Encoding": "identity"},
                 )
             if name == b"content-length":
                 try:

@@ -46,8 +46,8 @@ def proxy_key_error() -> ProxyError:
     """The 401 for a ``/v1/`` request without one of ``PROXY_API_KEYS``."""
     return ProxyError(
         401,
-        "Missing or invalid API key: send 'Authorization: Bearer <key>' (or an 'api-key' "
-        "header) with one of the keys in PROXY_API_KEYS.",
+        "Missing or invalid API key: send 'Authorization: Bearer <key>' (or an 'api-key' or "
+        "'x-api-key' header) with one of the keys in PROXY_API_KEYS.",
         type="authentication_error",
         code="invalid_api_key",
         headers={"WWW-Authenticate": "Bearer"},

@@ -3,15 +3,23 @@
 Why: a browser lets any page send a "simple" cross-origin POST (``text/plain`` body, no
 custom headers) without asking first; it only hides the answer from the page. A gateway on
 ``localhost`` with no ``PROXY_API_KEYS`` would therefore spend its upstream key on behalf of
-any site its user happens to visit. Browsers put an ``Origin`` header on those requests and
-command-line clients and SDKs don't, so the rule is cheap and breaks no real client: a
-request that names an origin must name one in ``CORS_ALLOW_ORIGINS`` (or the gateway's own),
-and is otherwise answered 403 before anything else runs -- no upstream call. The same list
-turns on CORS proper for browser-based chat clients: preflights are answered here, and the
-answers carry ``Access-Control-Allow-Origin`` with every header exposed.
+any site its user happens to visit. Browsers put an ``Origin`` header on every such request
+(and on every ``POST``, same-origin included) while command-line clients and SDKs send
+none, so the rule is cheap and breaks no real client: a request that names an origin must
+name one in ``CORS_ALLOW_ORIGINS``, and is otherwise answered 403 before anything else runs
+-- no upstream call.
 
-No credentials mode: keys travel in ``Authorization``, which a preflight allows like any
-other header, so cookies and ``Access-Control-Allow-Credentials`` are never involved.
+There is deliberately no "same origin as the gateway" exemption: the gateway cannot tell
+its own name from the ``Host`` header, which a DNS-rebinding page controls (it resolves its
+own domain to 127.0.0.1, and its requests are then same-origin). The gateway's own pages
+only ever ``GET``, which browsers send without ``Origin`` when same-origin, so they need no
+exemption; a chat page served from the gateway's host by a reverse proxy lists its origin.
+
+The same list turns on CORS proper for browser-based chat clients: preflights are answered
+here, and answers carry ``Access-Control-Allow-Origin`` with every header exposed (and
+``Vary: Origin`` on every answer, so no shared cache mixes them). No credentials mode:
+keys travel in ``Authorization``, which a preflight allows like any other header, so
+cookies and ``Access-Control-Allow-Credentials`` are never involved.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ class OriginPolicy:
     def __init__(self, inner: ASGIApp, allow_origins: Iterable[str]) -> None:
         self._inner = inner
         origins = frozenset(allow_origins)
+        self._cors = bool(origins)
         self._any = "*" in origins
         self._origins = frozenset(o.lower() for o in origins)
 
@@ -59,25 +68,18 @@ class OriginPolicy:
         if scope["type"] != "http":
             await self._inner(scope, receive, send)
             return
-        origin = host = forwarded_host = request_method = request_headers = None
+        origin = request_method = request_headers = None
         for name, value in scope["headers"]:
             if name == b"origin":
                 origin = value
-            elif name == b"host":
-                host = value
-            elif name == b"x-forwarded-host":
-                forwarded_host = value
             elif name == b"access-control-request-method":
                 request_method = value
             elif name == b"access-control-request-headers":
                 request_headers = value
         if origin is None:
-            await self._inner(scope, receive, send)
+            await self._inner(scope, receive, self._vary(send) if self._cors else send)
             return
         origin_text = origin.decode("latin-1")
-        if _same_origin(origin_text, host) or _same_origin(origin_text, forwarded_host):
-            await self._inner(scope, receive, send)
-            return
         if not self._allows(origin_text):
             exc = origin_not_allowed(origin_text)
             await send_json(send, exc.body(), exc.status)
@@ -102,19 +104,16 @@ class OriginPolicy:
     def _allows(self, origin: str) -> bool:
         return self._any or origin.lower() in self._origins
 
+    @staticmethod
+    def _vary(send: Send) -> Send:
+        """``send``, adding ``Vary: Origin``: the answer would differ for a listed page."""
 
-def _same_origin(origin: str, host: bytes | None) -> bool:
-    """The page was served by this gateway (``/visuals``, ``/dashboard``): not cross-origin.
+        async def send_with_vary(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), (b"vary", b"Origin")]
+            await send(message)
 
-    ``host`` is the ``Host`` header or, behind a reverse proxy that rewrites it, the first
-    ``X-Forwarded-Host``. Trusting the latter is safe here: a page cannot add that header
-    to a request without a preflight, and the preflight names its real origin.
-    """
-    if host is None:
-        return False
-    _, sep, authority = origin.partition("://")
-    first = host.decode("latin-1").split(",", 1)[0].strip()
-    return bool(sep) and authority.lower() == first.lower()
+        return send_with_vary
 
 
 async def _send_preflight(send: Send, allow_origin: bytes, request_headers: bytes | None) -> None:

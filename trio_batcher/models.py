@@ -84,15 +84,23 @@ def list_models(default_model: str, models: Sequence[Model] = KNOWN_MODELS) -> d
 def find_model(
     model_id: str, default_model: str, models: Sequence[Model] = KNOWN_MODELS
 ) -> dict[str, Any] | None:
-    """The model object for ``model_id``: a listed id, a dated form of one, or ``default``."""
+    """The model object for ``model_id``: a listed id, ``default``, or -- only when the list
+    names no dated id for that alias, as the bundled one doesn't -- a dated form of an alias.
+    """
     if model_id == DEFAULT_MODEL_ALIAS:
         found = find_model(default_model, default_model, models)
         return model_object(DEFAULT_MODEL_ALIAS, found["created"] if found else 0)
-    dated = _DATED.match(model_id)
-    for item in list_models(default_model, models)["data"]:
+    listed = list_models(default_model, models)["data"]
+    for item in listed:
         if item["id"] == model_id:
             return item  # type: ignore[no-any-return]
-        if dated and item["id"] == dated.group(1):
+    dated = _DATED.match(model_id)
+    if dated is None or _DATED.match(alias := dated.group(1)):
+        return None
+    if any(_DATED.match(item["id"]) and item["id"].startswith(alias + "-") for item in listed):
+        return None  # the list has this model's real dated ids, and this is not one of them
+    for item in listed:
+        if item["id"] == alias:
             return model_object(model_id, item["created"])
     return None
 

@@ -118,21 +118,51 @@ def _csv(raw: str) -> tuple[str, ...]:
 
 
 def _origins(raw: str) -> tuple[str, ...]:
-    """Web origins as browsers send them: ``scheme://host[:port]``, ``null`` or ``*``."""
+    """Web origins, spelled as browsers send them: ``scheme://host[:port]``, ``null`` or ``*``.
+
+    Normalised so that a listed origin can match: lower case, no default port
+    (``https://x:443`` is sent as ``https://x``), international host names in punycode.
+    Anything a browser never sends (a path, a wildcard inside a name) is refused here rather
+    than silently never matching.
+    """
     origins = []
     for item in _csv(raw):
         value = item.rstrip("/").lower()
-        scheme, sep, authority = value.partition("://")
-        valid = value in ("*", "null") or (
-            sep and scheme and authority and not any(c in authority for c in "/?#@ ")
-        )
-        if not valid:
+        if value in ("*", "null"):
+            origins.append(value)
+            continue
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError:
+            parts, port = None, None
+        if (
+            parts is None
+            or not parts.scheme
+            or not parts.hostname
+            or parts.path
+            or parts.query
+            or parts.fragment
+            or parts.username is not None
+            or "*" in value
+        ):
             raise ValueError(
                 f"expected origins like https://chat.example.com or http://localhost:3000 "
-                f"(scheme, host and port only), 'null' or '*', got {item!r}"
+                f"(scheme, host and port only; no wildcards but a lone '*'), 'null' or '*', "
+                f"got {item!r}"
             )
-        origins.append(value)
+        scheme, host = parts.scheme, parts.hostname
+        try:
+            host = f"[{host}]" if ":" in host else host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"not a valid host name in {item!r}") from None
+        if port is not None and str(port) != _DEFAULT_PORTS.get(scheme):
+            host = f"{host}:{port}"
+        origins.append(f"{scheme}://{host}")
     return tuple(origins)
+
+
+_DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
 
 
 def _path(raw: str) -> str | None:
@@ -351,7 +381,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "cors_allow_origins",
         _origins,
         (),
-        "Comma-separated web origins whose pages may call the gateway (CORS), or '*'; requests from other origins get 403.",
+        "Comma-separated web origins whose pages may call the gateway (CORS), or '*'; requests naming another origin get 403.",
     ),
     SettingSpec(
         "MAX_BODY_BYTES",

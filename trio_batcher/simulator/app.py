@@ -29,6 +29,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from ..json_depth import deeper_than
 from ..serving import serve_app
 from .config import API_VERSIONS, SimulatorConfig
 from .delivery import stream_body
@@ -46,6 +47,9 @@ from .validation import validate_count_tokens_request, validate_messages_request
 _TRACE: Final = "trio_batcher.sim.trace"
 _REQUEST_ID: Final = "trio_batcher.sim.request_id"
 _JSON: Final = "application/json"
+# Nesting the simulator accepts: more than the gateway passes on (200), and far enough
+# below Python's recursion limit that validating and rendering the request stays safe.
+_MAX_JSON_DEPTH: Final = 256
 
 
 @final
@@ -258,9 +262,12 @@ async def _read_json(config: SimulatorConfig) -> tuple[bytes, Any]:
     if not raw:
         raise SimulatorError(400, "body: request body is empty")
     try:
-        return raw, json.loads(raw)
-    except ValueError:  # includes UnicodeDecodeError
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
         raise SimulatorError(400, "body: There was an error parsing the body as JSON") from None
+    if raw.count(b"[") + raw.count(b"{") > _MAX_JSON_DEPTH and deeper_than(body, _MAX_JSON_DEPTH):
+        raise SimulatorError(400, f"body: JSON nesting exceeds {_MAX_JSON_DEPTH} levels")
+    return raw, body
 
 
 async def _messages(state: SimulatorState) -> Response:

@@ -7,7 +7,11 @@ upstream's request id stays visible for support tickets.
 
 Status policy (the table in docs/compatibility.md is generated from the same facts):
 
-- 4xx statuses are kept: they describe the request, which the client sent.
+- 4xx statuses are kept: they describe the request, which the client sent. Two are
+  reworded: a 404 for the model becomes OpenAI's ``model_not_found`` (``param: "model"``),
+  which clients' fallback logic keys on; and a 401 becomes a **502**
+  ``upstream_authentication_error``, because it is the gateway's own key
+  (``ANTHROPIC_API_KEY``) that was refused -- kept as 401, the client would blame its key.
 - 500 becomes 502: the upstream failed, not this proxy, and 502 says exactly that.
 - 529 (Anthropic's "overloaded") and 503 become 503 with ``Retry-After`` (the upstream's, or
   1 second), because 529 is not a status OpenAI clients know, and 503 + Retry-After makes
@@ -83,6 +87,8 @@ def status_for_error_type(kind: object) -> int:
 
 def client_status(upstream_status: int) -> int:
     """The status a client gets for an upstream error status (the policy above)."""
+    if upstream_status == 401:
+        return 502
     if upstream_status < 500:
         return upstream_status
     if upstream_status in (503, 529):
@@ -170,11 +176,21 @@ def upstream_error(
             out_headers.setdefault("retry-after", _DEFAULT_RETRY_AFTER)
     if message is None:
         message = f"The upstream returned HTTP {status}."
+    error_type = kind if kind in _KNOWN_TYPES else None
+    code, param = kind, None
+    if status == 401:
+        message = f"The upstream refused this gateway's API key (ANTHROPIC_API_KEY): {message}"
+        error_type, code = "upstream_error", "upstream_authentication_error"
+    elif status == 404 and kind == "not_found_error" and message.startswith("model:"):
+        model = message.partition(":")[2].strip()
+        message = f"The model '{model}' does not exist or the upstream key cannot use it."
+        error_type, code, param = "invalid_request_error", "model_not_found", "model"
     return ProxyError(
         ours,
         message,
-        type=kind if kind in _KNOWN_TYPES else None,
-        code=kind,
+        type=error_type,
+        param=param,
+        code=code,
         headers=out_headers,
         upstream_status=status,
         retry_after=parse_retry_after(upstream),
