@@ -497,6 +497,43 @@ async def test_streamed_tool_calls_carry_index_id_and_name_once_each() -> None:
         assert indexes == sorted(indexes)
 
 
+# -- structured output ----------------------------------------------------------------------
+
+
+@SDK_STREAM_LEFTOVERS
+@pytest.mark.parametrize("stream", [False, True])
+async def test_json_mode_and_json_schema_replies_parse_as_json(stream: bool) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    }
+    formats: list[Any] = [
+        {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"name": "trip", "schema": schema}},
+    ]
+    async with proxy_and_simulator() as (url, _sim):
+        client = openai_client(url)
+        for response_format in formats:
+            kwargs: Any = {
+                "model": MODEL,
+                "messages": _user("Plan a trip, in JSON"),
+                "response_format": response_format,
+            }
+            if stream:
+                text = ""
+                async for chunk in await client.chat.completions.create(**kwargs, stream=True):
+                    text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+            else:
+                reply = await client.chat.completions.create(**kwargs)
+                text = reply.choices[0].message.content or ""
+            parsed = json.loads(text)
+            assert isinstance(parsed, dict)
+            if response_format["type"] == "json_schema":
+                assert set(parsed) == {"city", "days"}
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 

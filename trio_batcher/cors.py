@@ -82,7 +82,9 @@ class OriginPolicy:
         origin_text = origin.decode("latin-1")
         if not self._allows(origin_text):
             exc = origin_not_allowed(origin_text)
-            await send_json(send, exc.body(), exc.status)
+            # Readable by the page, so its developer sees why rather than a bare CORS failure.
+            headers = {"Access-Control-Allow-Origin": origin_text, "Vary": "Origin"}
+            await send_json(send, exc.body(), exc.status, headers)
             return
         allow_origin = b"*" if self._any else origin
         if scope["method"] == "OPTIONS" and request_method is not None:

@@ -9,6 +9,8 @@ reply -- an optional thinking block, then one of
   offered tool, at most four, or just the first with ``disable_parallel_tool_use``; ``auto``
   prefixes a short text block);
 * a JSON document valid for ``output_config.format``'s schema;
+* a JSON object (``{"reply": ...}``) when the system prompt asks for JSON, as a model told
+  to answer only in JSON does (what OpenAI-style JSON mode becomes upstream);
 * a text that mentions the tool results of the last user turn;
 * a text echoing the first words of the last user message,
 
@@ -172,6 +174,9 @@ def build_reply(
         blocks.extend(_tool_blocks(tools, choice, digest))
     elif isinstance(fmt, dict):
         blocks.append(Block("text", _chunks(json.dumps(example_value(fmt["schema"])))))
+    elif "JSON" in _system_text(body):
+        reply = "".join(_words(f"Simulated reply to '{echo}':", reply_tokens, rng))
+        blocks.append(Block("text", _chunks(json.dumps({"reply": reply}))))
     elif results is not None:
         count, texts = results
         header = f"Simulated reply using {count} tool result(s): '{_first_words(texts)}':"
@@ -264,6 +269,15 @@ def _words(header: str, n_tokens: int, rng: random.Random) -> tuple[str, ...]:
 
 def _chunks(text: str) -> tuple[str, ...]:
     return tuple(text[i : i + JSON_PIECE_CHARS] for i in range(0, len(text), JSON_PIECE_CHARS))
+
+
+def _system_text(body: Mapping[str, Any]) -> str:
+    system = body.get("system")
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return " ".join(b.get("text", "") for b in system if isinstance(b, dict))
+    return ""
 
 
 def _first_words(texts: Iterable[str]) -> str:
