@@ -83,6 +83,63 @@ def test_serve_simulate_answers_and_stops_gracefully_on_sigterm() -> None:
         assert "Traceback" not in stderr
 
 
+def _stall_a_stream(port: int) -> socket.socket:
+    """A client that asks for a long stream, reads its first bytes, then never reads again."""
+    body = (
+        b'{"model":"claude-sonnet-4-5","stream":true,"max_tokens":64000,'
+        b'"messages":[{"role":"user","content":"[[sim:tokens=20000]] long"}]}'
+    )
+    client = socket.create_connection(("127.0.0.1", port))
+    client.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(body) + body
+    )
+    assert client.recv(1024).startswith(b"HTTP/1.1 200")
+    time.sleep(0.5)  # let the proxy fill the socket buffers and block on its write
+    return client
+
+
+def _serve_args(port: int) -> list[str]:
+    return [sys.executable, "-m", "trio_batcher", "serve", "--simulate", "--port", str(port)]
+
+
+def test_shutdown_ends_even_with_a_client_that_stopped_reading() -> None:
+    # hypercorn cannot interrupt a write to such a client; the process exits anyway once
+    # the grace period and hypercorn's close are over (1 + 5 + 5 s here).
+    port = _free_port()
+    env = _clean_env(SHUTDOWN_GRACE_S="1", REQUEST_TIMEOUT_S="2")
+    with _process([*_serve_args(port), "--sim-tokens-per-s", "0"], env) as proc:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc)
+        client = _stall_a_stream(port)
+        try:
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=30)
+            assert time.monotonic() - started < 20
+            assert proc.returncode == 0, stderr
+            assert "exiting anyway" in stderr
+        finally:
+            client.close()
+
+
+def test_a_second_signal_stops_at_once_with_130() -> None:
+    port = _free_port()
+    with _process([*_serve_args(port), "--sim-tokens-per-s", "0"], _clean_env()) as proc:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc)
+        client = _stall_a_stream(port)
+        try:
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=10)
+            assert time.monotonic() - started < 5
+            assert proc.returncode == 130, stderr
+            assert "Traceback" not in stderr
+        finally:
+            client.close()
+
+
 def test_app_runs_under_the_hypercorn_command_line_configured_from_the_environment() -> None:
     sim_port, port = _free_port(), _free_port()
     sim_args = [sys.executable, "-m", "trio_batcher", "simulate", "--port", str(sim_port)]

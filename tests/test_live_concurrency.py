@@ -395,3 +395,34 @@ async def test_gauges_return_to_idle_after_a_mix_of_outcomes() -> None:
             metrics["requests"]["by_status"],
             metrics["rejected"],
         )
+
+
+async def test_a_stream_client_that_stops_reading_frees_its_slot_at_the_deadline() -> None:
+    # hypercorn's writes to a client are shielded and have no timeout: without the
+    # proxy's own expiry, a reader that stalls would hold its gate slot forever.
+    changes = {"max_inflight": 1, "max_queue": 0, "request_timeout_s": 1, "metrics_enabled": True}
+    async with proxy_and_simulator(**changes) as (url, _sim), _http() as http:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps(
+            {
+                "model": "claude-sonnet-4-5",
+                "stream": True,
+                "max_tokens": 64000,
+                "messages": [{"role": "user", "content": "[[sim:tokens=20000]] long"}],
+            }
+        ).encode()
+        stalled = await trio.open_tcp_stream(host, int(port))
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json"
+        await stalled.send_all(head + b"\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        assert (await stalled.receive_some(1024)).startswith(b"HTTP/1.1 200")
+        # ...and never reads again, nor closes.
+        with trio.fail_after(10):
+            while True:
+                metrics = (await http.get(f"{url}/metrics")).json()
+                if metrics["concurrency"]["active"] == 0:
+                    break
+                await trio.sleep(0.1)
+        assert metrics["requests"]["by_status"] == {"504": 1}
+        after = await http.post(f"{url}/v1/chat/completions", json=_body("next"))
+        assert after.status_code == 200
+        await stalled.aclose()

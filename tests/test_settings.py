@@ -138,6 +138,11 @@ CLI_FAILURES = [
     (("serve", "--simulate", "--batch-max-size", "-2"), {}, "--batch-max-size"),
     (("serve",), {}, "--simulate"),
     (("serve", "--simulate", "--host", "0.0.0.0"), {}, "PROXY_API_KEYS"),
+    # Checked inside trio (the embedded simulator's config), where exits come out wrapped.
+    (("serve", "--simulate", "--port", "0", "--sim-jitter", "2"), {}, "jitter"),
+    (("serve", "--simulate", "--port", "0", "--sim-seed", "-1"), {}, "--sim-seed"),
+    (("serve", "--simulate", "--port", "0", "--sim-ratelimit-period-s", "0"), {}, "period"),
+    (("serve", "--simulate", "--port", "0", "--sim-ttft-ms", "-5"), {}, "--sim-ttft-ms"),
 ]
 
 

@@ -49,6 +49,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
 
+# How long after a stream's deadline its resources are freed even if a write is stuck.
+_EXPIRE_MARGIN_S: Final = 1.0
 _SLASHES: Final = re.compile("/{2,}")
 _API_ROOTS: Final = frozenset({PATH, "/v1/models", "/chat/completions", "/models"})
 _KEY_HEADERS: Final = frozenset({b"authorization", b"api-key", b"x-api-key"})
@@ -295,16 +297,22 @@ async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send:
         await send_json(send, reply.body, reply.status, reply.headers)
         return
     try:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": _encode_headers(_SSE_HEADERS, reply.headers),
-            }
-        )
-        async for chunk in reply.body:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        async with trio.open_nursery() as nursery:
+            # hypercorn writes to the client shielded and without a timeout, so a client
+            # that stops reading blocks a write beyond any cancel scope of ours. This frees
+            # the stream's gate slot and upstream call regardless, just after the deadline.
+            nursery.start_soon(_expire_at, reply.deadline + _EXPIRE_MARGIN_S, reply.expire)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": _encode_headers(_SSE_HEADERS, reply.headers),
+                }
+            )
+            async for chunk in reply.body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            nursery.cancel_scope.cancel()
     except Exception:
         log.exception("unhandled error while streaming POST %s", PATH)
     finally:
@@ -313,6 +321,11 @@ async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send:
             with trio.CancelScope(shield=True):
                 await aclose()
         reply.close()
+
+
+async def _expire_at(deadline: float, expire: Callable[[], None]) -> None:
+    await trio.sleep_until(deadline)
+    expire()
 
 
 async def _send_error(send: Send, exc: Exception) -> None:

@@ -86,9 +86,18 @@ class JSONReply:
 @final
 @dataclass
 class StreamReply:
+    """An SSE answer: ``body`` to send, then ``close()``, exactly as for any stream.
+
+    ``deadline`` (``trio.current_time()`` scale) is the request's; the server calls
+    ``expire()`` if the body is still being written a moment after it, which frees the
+    stream's resources even when the write itself is stuck on a client that stopped reading.
+    """
+
     body: AsyncIterator[bytes]
     headers: dict[str, str]
     close: Callable[[], None]
+    deadline: float = math.inf
+    expire: Callable[[], None] = lambda: None
 
 
 def _reply_headers(tr: TranslatedRequest, upstream_headers: Mapping[str, str]) -> dict[str, str]:
@@ -272,16 +281,21 @@ class ChatPipeline:
         self, tr: TranslatedRequest, slot: Slot, arrived: float, deadline: float
     ) -> StreamReply:
         send, recv = trio.open_memory_channel[StreamItem](_STREAM_BUFFER)
-        ticket: Ticket[None] = self._dispatcher.submit_nowait(
-            partial(self._pump, tr.body, deadline, send)
-        )
+        try:
+            ticket: Ticket[None] = self._dispatcher.submit_nowait(
+                partial(self._pump, tr.body, deadline, send)
+            )
+        except BaseException:
+            # Refused (the dispatcher is shutting down): the slot is still ours to give back.
+            slot.release()
+            raise
         relay = _StreamRelay(self, tr, ticket, recv, slot, arrived)
         handed_off = False
         try:
             with trio.move_on_at(deadline):
                 headers = await relay.read_prelude()
                 handed_off = True
-                return StreamReply(relay.body(), headers, relay.close)
+                return StreamReply(relay.body(), headers, relay.close, deadline, relay.expire)
             raise _deadline_error(self._settings)
         except ProxyError as exc:
             relay.status = exc.status
@@ -353,6 +367,10 @@ def _stream_error_status(error: Mapping[str, Any]) -> int:
     return client_status(status_for_error_type(kind))
 
 
+class _Expired(Exception):
+    """The relay was closed from outside (``expire``) while its body was suspended."""
+
+
 @final
 class _StreamRelay:
     """Owns one stream's resources from the first event to the last byte sent.
@@ -393,6 +411,8 @@ class _StreamRelay:
         """The next upstream event, or None at the end of the stream (job outcome checked)."""
         try:
             return await self._recv.receive()
+        except trio.ClosedResourceError:
+            raise _Expired from None
         except trio.EndOfChannel:
             await self._ticket.wait()  # re-raises the job's ProxyError, if it failed
             return None
@@ -470,6 +490,8 @@ class _StreamRelay:
                 yield encode_data(chunk)
             yield DONE
             self.status = 200
+        except _Expired:
+            return  # expire() ended it while a write was stuck; nothing more to send
         except UpstreamStreamError as exc:
             self.status = _stream_error_status(exc.error)
             yield encode_data(exc.error)
@@ -477,6 +499,12 @@ class _StreamRelay:
             self.status = exc.status
             yield encode_data(exc.body())
         finally:
+            self.close()
+
+    def expire(self) -> None:
+        """The deadline passed while a write to the client was stuck: count it a 504."""
+        if not self._closed:
+            self.status = 504
             self.close()
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,8 @@ _PROG: Final = "trio-batcher"
 _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
 # hypercorn's graceful timeout, which starts after the app's own drain (SHUTDOWN_GRACE_S).
 _CLOSE_TIMEOUT_S: Final = 5.0
+# After the drain and hypercorn's close, how long before a stuck process exits anyway.
+_EXIT_MARGIN_S: Final = 5.0
 
 
 def _fail(message: str) -> NoReturn:
@@ -161,12 +164,17 @@ def _configure_logging(level: str) -> None:
 
 
 async def _stop_on_signals(stop: trio.Event, *, task_status: trio.TaskStatus[None]) -> None:
-    """First SIGINT/SIGTERM: graceful stop. A second one: stop now."""
+    """First SIGINT/SIGTERM: graceful stop. A second one: stop now.
+
+    "Now" is ``os._exit``: a cancellation could wait forever on a write hypercorn shields
+    (to a client that stopped reading), and whoever sends a second signal wants the process
+    gone.
+    """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for signum in signals:
             if stop.is_set():
-                raise KeyboardInterrupt
+                _exit_now(f"{signal.Signals(signum).name} received again, stopping now", 130)
             print(
                 f"{_PROG}: {signal.Signals(signum).name} received, shutting down gracefully "
                 "(send again to stop at once)",
@@ -175,10 +183,26 @@ async def _stop_on_signals(stop: trio.Event, *, task_status: trio.TaskStatus[Non
             stop.set()
 
 
+def _exit_now(message: str, code: int) -> NoReturn:
+    print(f"{_PROG}: {message}", file=sys.stderr, flush=True)
+    os._exit(code)
+
+
+async def _exit_if_stuck(stop: trio.Event, budget_s: float) -> None:
+    """Once stopping, exit anyway after ``budget_s``: every request has been answered or
+    failed by then, and only connections hypercorn cannot close (a client that stopped
+    reading, mid-write) would keep the process alive."""
+    await stop.wait()
+    await trio.sleep(budget_s)
+    _exit_now("connections still open after the shutdown grace period; exiting anyway", 0)
+
+
 async def _serve(args: argparse.Namespace, settings: Settings) -> None:
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(_stop_on_signals, stop)
+        budget = settings.shutdown_grace_s + _CLOSE_TIMEOUT_S + _EXIT_MARGIN_S
+        nursery.start_soon(_exit_if_stuck, stop, budget)
         upstream = settings.anthropic_base_url
         sim_stop = trio.Event()
         if args.simulate:
@@ -262,11 +286,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (OSError, BaseExceptionGroup) as exc:
+        exit_code = _exit_code_inside(exc)
+        if exit_code is not None:
+            raise SystemExit(exit_code) from None
         os_error = _find_os_error(exc)
         if os_error is None:
             raise
         print(f"{_PROG}: error: {os_error.strerror or os_error}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _exit_code_inside(exc: BaseException) -> int | str | None:
+    """The exit code of a ``SystemExit`` (a bad setting found inside trio) or a
+    ``KeyboardInterrupt`` (130) that trio wrapped in an exception group, if that is what
+    this is."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            code = _exit_code_inside(inner)
+            if code is not None:
+                return code
+        return None
+    if isinstance(exc, SystemExit):
+        return exc.code if exc.code is not None else 0
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    return None
 
 
 def _find_os_error(exc: BaseException) -> OSError | None:
