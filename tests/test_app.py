@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -20,6 +23,7 @@ from support import (
 )
 
 from trio_batcher import Settings
+from trio_batcher.serving import serve_app
 from trio_batcher.simulator import SimulatorConfig
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello there"}]}
@@ -204,6 +208,76 @@ async def test_upstream_errors_keep_their_meaning(
         with pytest.raises(sdk_error) as info:
             await _client(url).chat.completions.create(**body)
         assert info.value.status_code == status
+
+
+Answer = tuple[int, bytes, bytes]  # status, content type, body
+
+
+def _fake_upstream(answer: Callable[[dict[str, Any], dict[bytes, bytes]], Answer]) -> Any:
+    """A misbehaving upstream: ``answer(request JSON, request headers)`` says what it sends."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        status, content_type, data = answer(json.loads(body), dict(scope["headers"]))
+        headers = [(b"content-type", content_type)]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+def _echo_the_key(body: dict[str, Any], headers: dict[bytes, bytes]) -> Answer:
+    key = headers.get(b"x-api-key", b"").decode()
+    error = {"type": "error", "error": {"type": "invalid_request_error", "message": f"bad {key}"}}
+    if body.get("stream"):
+        return 200, b"text/event-stream", f"event: error\ndata: {json.dumps(error)}\n\n".encode()
+    return 400, b"application/json", json.dumps(error).encode()
+
+
+@asynccontextmanager
+async def _proxy_before(upstream: Any) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        host, port = await nursery.start(
+            partial(serve_app, upstream, "127.0.0.1", 0, shutdown=stop)
+        )
+        settings = Settings(anthropic_base_url=f"http://{host}:{port}", anthropic_api_key=SIM_KEY)
+        try:
+            async with running_proxy(settings) as url:
+                yield url
+        finally:
+            stop.set()
+
+
+async def test_a_200_that_is_not_a_message_is_a_502_not_an_empty_completion() -> None:
+    def portal(body: dict[str, Any], headers: dict[bytes, bytes]) -> Answer:
+        return 200, b"application/json", b'{"ok": true}'
+
+    async with _proxy_before(_fake_upstream(portal)) as url, httpx2.AsyncClient() as http:
+        response = await http.post(f"{url}/v1/chat/completions", json=HELLO)
+        assert response.status_code == 502
+        assert response.json()["error"]["code"] == "upstream_protocol_error"
+
+
+async def test_an_upstream_that_echoes_the_key_does_not_leak_it() -> None:
+    upstream = _fake_upstream(_echo_the_key)
+    async with _proxy_before(upstream) as url, httpx2.AsyncClient() as http:
+        for stream in (False, True):
+            body = {**HELLO, "stream": stream}
+            response = await http.post(f"{url}/v1/chat/completions", json=body)
+            assert response.status_code == 400
+            assert response.json()["error"]["message"] == "bad [redacted]"
+            assert SIM_KEY not in response.text
 
 
 async def test_upstream_key_is_never_echoed_or_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -124,6 +124,18 @@ async def test_a_waiter_is_shed_with_queue_timeout_at_exactly_acquire_timeout(
     assert gate.statistics().shed_by_reason["queue_timeout"] == 1
 
 
+async def test_a_waiter_never_waits_past_its_request_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    gate = AdmissionGate(max_inflight=1, max_queue=1, acquire_timeout=5.0)
+    held = await gate.acquire()
+    with pytest.raises(Shed) as shed:
+        await gate.acquire(deadline=2.0)
+    assert (shed.value.reason, trio.current_time()) == ("queue_timeout", 2.0)
+    held.release()
+    assert_consistent(gate, active=0)
+
+
 async def test_a_cancelled_waiter_leaves_the_queue_and_no_slot_is_lost(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -261,6 +261,19 @@ def test_errors_record_latency_but_no_tokens_or_cost(registry: MetricsRegistry) 
     assert snap["by_model"]["(none)"]["requests"] == 1
 
 
+def test_a_stream_that_broke_off_counts_the_usage_reported_before(
+    registry: MetricsRegistry,
+) -> None:
+    registry.record_error(
+        SONNET, 499, Timing(total=1.0), stream=True, usage={"input_tokens": 1_000_000}
+    )
+    snap = registry.snapshot()
+    assert snap["requests"]["error"] == 1
+    assert snap["tokens"]["input"] == 1_000_000
+    assert snap["cost"]["estimated_cost_usd"] == 3.0
+    assert snap["by_model"][SONNET]["cost_usd"] == 3.0
+
+
 def test_rejected_requests_stay_out_of_totals_and_latency(registry: MetricsRegistry) -> None:
     registry.record_success(SONNET, usage(1, 1), Timing(total=2.0))
     for reason in ("queue_full", "queue_full", "queue_timeout", "shutdown"):

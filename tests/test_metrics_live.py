@@ -160,3 +160,26 @@ async def test_the_default_model_alias_is_counted_and_priced_as_the_model_called
         assert metrics["by_model"]["claude-sonnet-4-5"]["priced"] is True
         assert metrics["cost"]["estimate_complete"] is True
         assert metrics["cost"]["estimated_cost_usd"] > 0
+
+
+async def test_requests_refused_for_bad_input_or_a_missing_key_are_counted() -> None:
+    changes = {"metrics_enabled": True, "max_body_bytes": 2000, "proxy_api_keys": ("k1",)}
+    async with (
+        proxy_and_simulator(**changes) as (url, sim),
+        httpx2.AsyncClient(timeout=30, headers={"authorization": "Bearer k1"}) as http,
+    ):
+        chat = f"{url}/v1/chat/completions"
+        assert (await http.post(chat, content=b"{not json")).status_code == 400
+        assert (await http.post(chat, content=b"x" * 3000)).status_code == 413
+        bad = {**_body("hi"), "n": 2}
+        assert (await http.post(chat, json=bad)).status_code == 400
+        keyless = await http.post(chat, json=_body("hi"), headers={"authorization": ""})
+        assert keyless.status_code == 401
+        assert (await http.post(chat, json=_body("ok"))).status_code == 200
+        metrics = (await http.get(f"{url}/metrics")).json()
+        assert metrics["requests"]["by_status"] == {"200": 1, "400": 2, "401": 1, "413": 1}
+        assert metrics["requests"]["error"] == 4
+        assert metrics["by_model"]["(none)"]["errors"] == 3
+        assert metrics["by_model"]["claude-sonnet-4-5"]["errors"] == 1  # the n=2 request
+        assert metrics["latency"]["sample_count"] == 5
+        assert (await sim.stats())["requests_total"] == 1

@@ -641,6 +641,26 @@ async def test_stream_failing_midway_raises_api_error_after_the_content_so_far()
         assert metrics["requests"]["by_status"] == {"200": 1, "503": 1}
 
 
+@SDK_STREAM_LEFTOVERS
+async def test_a_stream_cut_before_any_content_is_retried_or_an_http_error() -> None:
+    async with proxy_and_simulator(metrics_enabled=True) as (url, sim):
+        client = openai_client(url)
+        # Cut once: retried before the client saw anything; the stream is whole.
+        stream = await client.chat.completions.create(
+            model=MODEL, messages=_user("Hi [[sim:stream_end_after=0,times=1]]"), stream=True
+        )
+        finishes = [c.choices[0].finish_reason async for c in stream if c.choices]
+        assert finishes[-1] == "stop"
+        # Cut every time: an HTTP error status, as for a dropped connection.
+        with pytest.raises(openai.APIStatusError) as info:
+            await client.with_options(max_retries=0).chat.completions.create(
+                model=MODEL, messages=_user("Hi [[sim:stream_end_after=0]]"), stream=True
+            )
+        assert info.value.status_code == 502
+        # 1 + 1 retry, then 1 + 1: the retry budget allows two retries in its first 10 s.
+        assert (await sim.stats())["requests_total"] == 4
+
+
 async def test_stream_the_upstream_cut_short_is_an_error_never_a_clean_finish() -> None:
     async with proxy_and_simulator(metrics_enabled=True) as (url, _sim):
         client = openai_client(url)

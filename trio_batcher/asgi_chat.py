@@ -212,8 +212,8 @@ class ChatEndpoint:
             await self._inner(scope, receive, send)
             return
         arrived = trio.current_time()
+        pipeline = self._pipeline()
         try:
-            pipeline = self._pipeline()
             if pipeline is None:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
             self._authenticate(scope)
@@ -222,6 +222,8 @@ class ChatEndpoint:
                 return  # the client left while sending its body
             payload = parse_json_body(raw)
         except Exception as exc:
+            if pipeline is not None:
+                pipeline.record_refused(exc.status if isinstance(exc, ProxyError) else 500, arrived)
             await _send_error(send, exc)
             return
         async with trio.open_nursery() as nursery:

@@ -138,14 +138,25 @@ class ChatPipeline:
 
     async def handle(self, payload: object, arrived: float) -> JSONReply | StreamReply:
         """Answer one request body; raises ``ProxyError`` for anything but success."""
-        tr = translate_request(payload, self._options)
+        try:
+            tr = translate_request(payload, self._options)
+        except ProxyError as exc:
+            fields = payload if isinstance(payload, dict) else {}
+            model = fields.get("model")
+            self.record_refused(
+                exc.status,
+                arrived,
+                model=model if isinstance(model, str) and model else None,
+                stream=fields.get("stream") is True,
+            )
+            raise
         deadline = arrived + self._settings.request_timeout_s
         early = self._resilience.shed_error(deadline, tr.upstream_model)
         if early is not None:  # the upstream asked us to wait longer than this request may
             if self._metrics is not None:
                 self._metrics.record_rejected(early.code or "upstream_cooldown")
             raise early
-        slot = await self._admit(tr.upstream_model, arrived)
+        slot = await self._admit(tr.upstream_model, arrived, deadline)
         if tr.stream:
             return await self._start_stream(tr, slot, arrived, deadline)
         try:
@@ -153,9 +164,9 @@ class ChatPipeline:
         finally:
             slot.release()
 
-    async def _admit(self, model: str, arrived: float) -> Slot:
+    async def _admit(self, model: str, arrived: float, deadline: float) -> Slot:
         try:
-            return await self._gate.acquire()
+            return await self._gate.acquire(deadline)
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
             waited = trio.current_time() - arrived
@@ -328,6 +339,15 @@ class ChatPipeline:
             ttft=None if first_token_at is None else first_token_at - arrived,
             upstream=None if started_at is None else (finished_at or now) - started_at,
         )
+
+    def record_refused(
+        self, status: int, arrived: float, *, model: str | None = None, stream: bool = False
+    ) -> None:
+        """Count a request answered with an error before any upstream work (bad input, a
+        missing key): a request all the same, under ``(none)`` if no model was readable."""
+        waited = trio.current_time() - arrived
+        if self._metrics is not None:
+            self._metrics.record_error(model, status, Timing(total=waited), stream=stream)
 
     def _record_error(self, model: str, status: int, timing: Timing, *, stream: bool) -> None:
         if self._metrics is not None:
@@ -522,4 +542,8 @@ class _StreamRelay:
             usage = self._translator.upstream_usage
             metrics.record_success(self._tr.upstream_model, usage, timing, stream=True)
         else:
-            metrics.record_error(self._tr.upstream_model, self.status, timing, stream=True)
+            # What the upstream reported before the end is spent all the same.
+            usage = self._translator.upstream_usage
+            metrics.record_error(
+                self._tr.upstream_model, self.status, timing, stream=True, usage=usage
+            )

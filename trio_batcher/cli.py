@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    secrets = "\n".join(f"  {spec.env}: {spec.doc}" for spec in SPECS if spec.secret)
     serve = sub.add_parser(
         "serve",
         help="run the proxy",
@@ -110,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
             "Run the proxy under hypercorn's trio worker. With --simulate, a simulated Anthropic "
             "upstream runs in the same process, so no API key or network is needed."
         ),
+        epilog=(
+            "secrets, read from the environment only (a flag would show in `ps`):\n"
+            f"{secrets}\n\nEvery setting: docs/configuration.md."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")

@@ -32,6 +32,7 @@ released, and ``wait_idle()`` returns when the last one is.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
@@ -161,8 +162,9 @@ class AdmissionGate:
             raise self._shed_now("queue_full")
         return self._grant()
 
-    async def acquire(self) -> Slot:
-        """Take a slot, waiting in the FIFO queue for up to ``acquire_timeout`` if need be.
+    async def acquire(self, deadline: float = math.inf) -> Slot:
+        """Take a slot, waiting in the FIFO queue for up to ``acquire_timeout`` if need be,
+        and never past ``deadline`` (the request's own, ``trio.current_time()`` scale).
 
         Raises:
           Shed: ``"shutdown"`` (closed, before or while waiting), ``"queue_full"`` (no slot
@@ -182,7 +184,7 @@ class AdmissionGate:
         waiter = _Waiter()
         self._waiters[waiter] = None
         try:
-            with trio.move_on_after(self._acquire_timeout):
+            with trio.move_on_at(min(trio.current_time() + self._acquire_timeout, deadline)):
                 await waiter.woken.wait()
         except BaseException:
             self._waiters.pop(waiter, None)

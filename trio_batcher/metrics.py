@@ -307,30 +307,41 @@ class MetricsRegistry:
         self, model: str, usage: Mapping[str, Any], timing: Timing, *, stream: bool = False
     ) -> None:
         """Count a request answered from upstream: latency, tokens, and cost if priced."""
-        tokens = TokenUsage.from_anthropic(usage)
         with self._lock:
             entry = self._count_request(model, "200", timing, stream)
             self._success += 1
-            entry.add_tokens(tokens)
-            self._all.add_tokens(tokens)
-            price = self.pricing.price_for(model) if entry.shared else entry.price
-            if price is not None:
-                cost = price.cost(tokens)
-                entry.cost += cost
-                self._all.cost += cost
-            else:
-                entry.priced = False
-                self._unpriced.requests += 1
-                self._unpriced.add_tokens(tokens)
+            self._spend(model, entry, TokenUsage.from_anthropic(usage))
 
     def record_error(
-        self, model: str | None, status: int, timing: Timing, *, stream: bool = False
+        self,
+        model: str | None,
+        status: int,
+        timing: Timing,
+        *,
+        stream: bool = False,
+        usage: Mapping[str, Any] | None = None,
     ) -> None:
-        """Count a request that ended in an error: latency yes, tokens and cost no."""
+        """Count a request that ended in an error: latency, and tokens and cost only for
+        ``usage`` the upstream reported before it ended (a stream its client left)."""
         with self._lock:
             entry = self._count_request(model, str(status), timing, stream)
             entry.errors += 1
             self._errors += 1
+            if usage and model is not None:
+                self._spend(model, entry, TokenUsage.from_anthropic(usage))
+
+    def _spend(self, model: str, entry: _ModelTotals, tokens: TokenUsage) -> None:
+        entry.add_tokens(tokens)
+        self._all.add_tokens(tokens)
+        price = self.pricing.price_for(model) if entry.shared else entry.price
+        if price is not None:
+            cost = price.cost(tokens)
+            entry.cost += cost
+            self._all.cost += cost
+        else:
+            entry.priced = False
+            self._unpriced.requests += 1
+            self._unpriced.add_tokens(tokens)
 
     def record_rejected(self, reason: str) -> None:
         """Count a request shed before any work (queue_full, queue_timeout, shutdown, ...).

@@ -117,6 +117,14 @@ def _csv(raw: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _header_secrets(raw: str) -> tuple[str, ...]:
+    """Comma-separated keys clients send in a header: each printable ASCII (not shown)."""
+    keys = _csv(raw)
+    if not all(key.isascii() and key.isprintable() for key in keys):
+        raise ValueError("keys must be printable ASCII (clients send them in a header); not shown")
+    return keys
+
+
 def _origins(raw: str) -> tuple[str, ...]:
     """Web origins, spelled as browsers send them: ``scheme://host[:port]``, ``null`` or ``*``.
 
@@ -321,7 +329,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
     SettingSpec(
         "METRICS_TOKEN",
         "metrics_token",
-        _optional_str,
+        _header_secret,
         None,
         "When set, the metrics endpoints require 'Authorization: Bearer <token>'.",
         secret=True,
@@ -371,7 +379,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
     SettingSpec(
         "PROXY_API_KEYS",
         "proxy_api_keys",
-        _csv,
+        _header_secrets,
         (),
         "Comma-separated keys clients must send as 'Authorization: Bearer <key>'; empty = no auth.",
         secret=True,

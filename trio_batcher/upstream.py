@@ -32,6 +32,7 @@ from .translation import upstream_error
 from .upstream_pool import PooledResponse, UpstreamPool
 
 _CONNECT_TIMEOUT_S: Final = 10.0
+_REDACTED: Final = "[redacted]"
 # Anthropic pages its model list (at most 1000 a page); this many pages is plenty.
 _MAX_MODEL_PAGES: Final = 10
 
@@ -66,8 +67,15 @@ class UpstreamStream:
     client left.
     """
 
-    def __init__(self, response: PooledResponse, started_at: float, first_byte_at: float) -> None:
+    def __init__(
+        self,
+        response: PooledResponse,
+        started_at: float,
+        first_byte_at: float,
+        secret: str | None = None,
+    ) -> None:
         self._response = response
+        self._secret = secret
         self.headers: Mapping[str, str] = response.headers
         self.started_at = started_at
         self.first_byte_at = first_byte_at
@@ -78,7 +86,10 @@ class UpstreamStream:
             async with aclosing(self._response.aiter_raw()) as chunks:
                 async for chunk in chunks:
                     for event in decoder.feed(chunk):
-                        yield event.event, _decode_event(event.event, event.data)
+                        data = event.data
+                        if event.event == "error" and self._secret:
+                            data = data.replace(self._secret, _REDACTED)
+                        yield event.event, _decode_event(event.event, data)
         except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream stopped sending mid-stream.", code="upstream_timeout"
@@ -122,6 +133,7 @@ class UpstreamClient:
             "anthropic-version": settings.anthropic_version,
             "accept": "application/json",
         }
+        self._secret = settings.anthropic_api_key
         if settings.anthropic_api_key:
             headers["x-api-key"] = settings.anthropic_api_key
         self._headers = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
@@ -136,15 +148,17 @@ class UpstreamClient:
         finally:
             await response.aclose()
         if response.status_code != 200:
-            raise upstream_error(response.status_code, raw, response.headers)
+            raise self._error(response, raw)
         try:
             message = json.loads(raw)
         except ValueError:
             message = None
-        if not isinstance(message, dict):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            # Not a Messages API reply (a captive portal, a misrouted base URL): passing it
+            # on would be an empty completion that looks like a success.
             raise ProxyError(
                 502,
-                "The upstream answered 200 with a body that is not a JSON object.",
+                "The upstream answered 200 with a body that is not a Messages API message.",
                 code="upstream_protocol_error",
             )
         return UpstreamReply(message, response.headers, started, first_byte, trio.current_time())
@@ -158,8 +172,8 @@ class UpstreamClient:
                 raw = await _read(response)
             finally:
                 await response.aclose()
-            raise upstream_error(response.status_code, raw, response.headers)
-        return UpstreamStream(response, started, trio.current_time())
+            raise self._error(response, raw)
+        return UpstreamStream(response, started, trio.current_time(), self._secret)
 
     async def list_models(self) -> list[dict[str, Any]]:
         """Every model ``GET /v1/models`` lists for this key, following its pages."""
@@ -173,7 +187,7 @@ class UpstreamClient:
             finally:
                 await response.aclose()
             if response.status_code != 200:
-                raise upstream_error(response.status_code, raw, response.headers)
+                raise self._error(response, raw)
             try:
                 page = json.loads(raw)
             except ValueError:
@@ -190,6 +204,13 @@ class UpstreamClient:
             if not page.get("has_more") or not isinstance(after, str):
                 break
         return models
+
+    def _error(self, response: PooledResponse, raw: bytes) -> ProxyError:
+        """The upstream's error, minus our key should it have echoed it (some proxies and
+        misconfigured upstreams do), since its message goes to the client as it is."""
+        if self._secret:
+            raw = raw.replace(self._secret.encode(), _REDACTED.encode())
+        return upstream_error(response.status_code, raw, response.headers)
 
     async def _send(self, body: Mapping[str, Any]) -> PooledResponse:
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

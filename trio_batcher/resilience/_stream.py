@@ -41,7 +41,7 @@ S = TypeVar("S", bound=EventStream)
 
 @final
 class StreamStart(Generic[S]):
-    """An upstream stream that has produced its first content event (or ended before one).
+    """An upstream stream that has produced its first content event.
 
     ``prelude`` holds every event read so far, in order, the first content event last;
     ``rest`` continues the same event iterator. The owner must ``aclose()`` it.
@@ -81,8 +81,9 @@ async def open_until_content(
         ``overloaded_error`` should carry ``upstream_status=529``.
 
     Raises:
-      ProxyError: from ``open_stream``, from the event iterator, or ``error_for``'s. The
-        stream is closed before anything propagates.
+      ProxyError: from ``open_stream``, from the event iterator, ``error_for``'s, or a 502
+        ``upstream_connection_error`` for a stream that ends before its first content
+        event. The stream is closed before anything propagates.
     """
     stream = await open_stream()
     events = stream.events()
@@ -92,7 +93,14 @@ async def open_until_content(
             try:
                 name, data = await anext(events)
             except StopAsyncIteration:
-                break
+                # Ended with nothing to show for it: nothing reached the client yet, so this
+                # is a failed call like a dropped connection (an HTTP status, or a retry),
+                # not a 200 stream that breaks off at once.
+                raise ProxyError(
+                    502,
+                    "The upstream closed the stream before sending any content.",
+                    code="upstream_connection_error",
+                ) from None
             if name == "error":
                 raise error_for(data, stream.headers)
             prelude.append((name, data))

@@ -69,7 +69,8 @@ async def stream_body(
             stats.finish(trace, "error")
             yield data
             return
-        if faults.stream_end_after is not None and event.token and k >= faults.stream_end_after:
+        cut_at = faults.stream_end_after
+        if cut_at is not None and (event.token or event.opens_block) and k >= cut_at:
             data = flush()
             stats.finish(trace, "cut")
             yield data

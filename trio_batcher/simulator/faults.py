@@ -53,9 +53,10 @@ class Faults:
         ``message_start``, before any block), or in place of ``message_delta`` if the reply
         is shorter, and stop.
       stream_error_first: in a stream, send the error event first, before ``message_start``.
-      stream_end_after: in a stream, end the body cleanly after this many content deltas,
-        with no error, ``message_delta`` or ``message_stop``: a stream cut short by
-        something between the client and the API.
+      stream_end_after: in a stream, end the body cleanly after this many content deltas
+        (before the next content event; with 0, right after ``message_start``), with no
+        error, ``message_delta`` or ``message_stop``: a stream cut short by something
+        between the client and the API.
       no_retry_after: send a 429/529 without ``retry-after`` (as a spend limit does).
       times: fault only the first ``times`` requests carrying this directive.
       tag: no effect but to tell otherwise identical ``times`` directives apart.
