@@ -240,7 +240,10 @@ def _echo_the_key(body: dict[str, Any], headers: dict[bytes, bytes]) -> Answer:
     key = headers.get(b"x-api-key", b"").decode()
     error = {"type": "error", "error": {"type": "invalid_request_error", "message": f"bad {key}"}}
     if body.get("stream"):
-        return 200, b"text/event-stream", f"event: error\ndata: {json.dumps(error)}\n\n".encode()
+        # Named as Anthropic sends it, or data-only (as some relays pass events on).
+        named = "unnamed" not in json.dumps(body["messages"])
+        event = ("event: error\n" if named else "") + f"data: {json.dumps(error)}\n\n"
+        return 200, b"text/event-stream", event.encode()
     return 400, b"application/json", json.dumps(error).encode()
 
 
@@ -269,11 +272,77 @@ async def test_a_200_that_is_not_a_message_is_a_502_not_an_empty_completion() ->
         assert response.json()["error"]["code"] == "upstream_protocol_error"
 
 
+async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
+    """A whole stream, message_stop included, on a body it never ends."""
+    if scope["type"] == "lifespan":
+        await _fake_upstream(_echo_the_key)(scope, receive, send)
+        return
+    await receive()
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    events = [
+        ("message_start", {"type": "message_start", "message": message}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hi"},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 2},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    sse = b"".join(f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events)
+    headers = [(b"content-type", b"text/event-stream")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": sse, "more_body": True})
+    while (await receive())["type"] != "http.disconnect":  # until the proxy hangs up
+        pass
+
+
+async def test_a_stream_is_whole_at_message_stop_even_if_the_upstream_lingers() -> None:
+    async with (
+        _proxy_before(_lingering_upstream) as url,
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        body = {**HELLO, "stream": True}
+        with trio.fail_after(5):  # not REQUEST_TIMEOUT_S (600 s): at most a second's wait
+            async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+                text = (await response.aread()).decode()
+        assert text.rstrip().endswith("data: [DONE]")
+        assert '"finish_reason":"stop"' in text
+
+
 async def test_an_upstream_that_echoes_the_key_does_not_leak_it() -> None:
     upstream = _fake_upstream(_echo_the_key)
     async with _proxy_before(upstream) as url, httpx2.AsyncClient() as http:
-        for stream in (False, True):
-            body = {**HELLO, "stream": stream}
+        for stream, text in ((False, "hi"), (True, "named"), (True, "unnamed")):
+            body = {**HELLO, "messages": [{"role": "user", "content": text}], "stream": stream}
             response = await http.post(f"{url}/v1/chat/completions", json=body)
             assert response.status_code == 400
             assert response.json()["error"]["message"] == "bad [redacted]"

@@ -20,7 +20,10 @@ PAGE = "http://localhost:3000"
 
 async def test_a_drive_by_text_plain_post_from_another_site_is_403_and_spends_nothing() -> None:
     # What any web page may send without a preflight: a "simple" request.
-    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+    async with (
+        proxy_and_simulator(metrics_enabled=True) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
         response = await http.post(
             f"{url}/v1/chat/completions",
             content=json.dumps(HELLO),
@@ -35,6 +38,8 @@ async def test_a_drive_by_text_plain_post_from_another_site_is_403_and_spends_no
         assert response.headers["access-control-allow-origin"] == "https://evil.example"
         assert response.headers["vary"] == "Origin"
         assert (await sim.stats())["requests_total"] == 0
+        metrics = (await http.get(f"{url}/metrics")).json()
+        assert metrics["rejected"]["by_reason"] == {"origin_not_allowed": 1}
 
 
 async def test_clients_without_an_origin_pass_and_a_rebinding_page_does_not() -> None:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import httpx2
 import pytest
 import trio
-from support import Sim, proxy_and_simulator
+from support import Sim, proxy_and_simulator, proxy_settings, running_simulator
 
+from trio_batcher import create_app
+from trio_batcher.serving import serve_app
 from trio_batcher.simulator import SimulatorConfig
 
 
@@ -426,3 +429,53 @@ async def test_a_stream_client_that_stops_reading_frees_its_slot_at_the_deadline
         after = await http.post(f"{url}/v1/chat/completions", json=_body("next"))
         assert after.status_code == 200
         await stalled.aclose()
+
+
+def _slow_writes(app: Any, delay: Callable[[bytes], float]) -> Any:
+    """``app`` behind a network whose write of each chat body chunk takes ``delay(chunk)`` s."""
+
+    async def wrapper(scope: Any, receive: Any, send: Any) -> None:
+        async def slow_send(message: Any) -> None:
+            chunk = message.get("body", b"")
+            if message["type"] == "http.response.body" and chunk:
+                await trio.sleep(delay(chunk))
+            await send(message)
+
+        chat = scope["type"] == "http" and scope["path"] == "/v1/chat/completions"
+        await app(scope, receive, slow_send if chat else send)
+
+    return wrapper
+
+
+@pytest.mark.parametrize(
+    ("case", "tokens", "delay", "status", "ending"),
+    [
+        # Reads steadily but too slowly: past the deadline the stream ends with the
+        # request_timeout error event, never a clean-looking end.
+        ("slow-reader", 400, lambda chunk: 1.2, "504", "request_timeout"),
+        # Only [DONE] was left when the deadline passed: the answer was whole, a 200.
+        ("slow-done", 20, lambda chunk: 2.5 if b"[DONE]" in chunk else 0.0, "200", "[DONE]"),
+    ],
+)
+async def test_a_stream_written_past_its_deadline_ends_honestly(
+    case: str, tokens: int, delay: Callable[[bytes], float], status: str, ending: str
+) -> None:
+    async with running_simulator() as sim, trio.open_nursery() as nursery:
+        settings = proxy_settings(sim, request_timeout_s=1, metrics_enabled=True)
+        stop = trio.Event()
+        app = _slow_writes(create_app(settings), delay)
+        host, port = await nursery.start(
+            partial(serve_app, app, "127.0.0.1", 0, shutdown=stop, graceful_timeout=5)
+        )
+        url = f"http://{host}:{port}"
+        text = f"hi [[sim:tokens={tokens},tokens_per_s=0,ttft_ms=0]]"
+        async with _http() as http:
+            async with http.stream(
+                "POST", f"{url}/v1/chat/completions", json=_body(text, stream=True)
+            ) as r:
+                events = [line[6:] for line in (await r.aread()).decode().split("\n\n") if line]
+            last = events[-1]
+            assert (last if last == "[DONE]" else json.loads(last)["error"]["code"]) == ending
+            metrics = (await http.get(f"{url}/metrics")).json()
+            assert metrics["requests"]["by_status"] == {status: 1}
+        stop.set()

@@ -179,7 +179,8 @@ async def test_requests_refused_for_bad_input_or_a_missing_key_are_counted() -> 
         metrics = (await http.get(f"{url}/metrics")).json()
         assert metrics["requests"]["by_status"] == {"200": 1, "400": 2, "401": 1, "413": 1}
         assert metrics["requests"]["error"] == 4
-        assert metrics["by_model"]["(none)"]["errors"] == 3
-        assert metrics["by_model"]["claude-sonnet-4-5"]["errors"] == 1  # the n=2 request
+        # Refused requests never spend the registry's per-model entries on unchecked names.
+        assert metrics["by_model"]["(none)"]["errors"] == 4
+        assert metrics["by_model"]["claude-sonnet-4-5"]["errors"] == 0
         assert metrics["latency"]["sample_count"] == 5
         assert (await sim.stats())["requests_total"] == 1

@@ -152,6 +152,12 @@ class ProxyApp(QuartTrio):
 
     runtime: Runtime | None = None
 
+    def record_rejected(self, reason: str) -> None:
+        """Count a request refused before it reached any route (``rejected.by_reason``)."""
+        rt = self.runtime
+        if rt is not None and rt.metrics is not None:
+            rt.metrics.record_rejected(reason)
+
     async def drain(self) -> None:
         """Stop admitting, let in-flight work finish, answer the rest; return when done.
 
@@ -197,6 +203,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             api_keys=settings.proxy_api_keys,
         ),
         settings.cors_allow_origins,
+        on_refused=lambda: app.record_rejected("origin_not_allowed"),
     )
 
     def runtime() -> Runtime:

@@ -66,6 +66,8 @@ from .upstream import UpstreamClient, UpstreamReply, UpstreamStream
 _STREAM_BUFFER: Final = 16
 # First item the stream pump sends: the upstream's response headers and timing.
 _HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
+# How long the stream job reads on after message_stop for the upstream to end its body.
+_LINGER_AFTER_STOP_S: Final = 1.0
 # Status recorded for a request whose client went away (nginx's convention).
 CLIENT_CLOSED: Final = 499
 
@@ -141,14 +143,10 @@ class ChatPipeline:
         try:
             tr = translate_request(payload, self._options)
         except ProxyError as exc:
-            fields = payload if isinstance(payload, dict) else {}
-            model = fields.get("model")
-            self.record_refused(
-                exc.status,
-                arrived,
-                model=model if isinstance(model, str) and model else None,
-                stream=fields.get("stream") is True,
-            )
+            # Under ``(none)``: the model named by a request we refuse is unchecked input,
+            # and must not use up the registry's per-model entries.
+            stream = isinstance(payload, dict) and payload.get("stream") is True
+            self.record_refused(exc.status, arrived, stream=stream)
             raise
         deadline = arrived + self._settings.request_timeout_s
         early = self._resilience.shed_error(deadline, tr.upstream_model)
@@ -257,6 +255,7 @@ class ChatPipeline:
         content event is one retryable attempt; after that nothing is retried, because
         the client may already have content. Returns quietly if the reader went away.
         """
+        complete = False
         async with send:
             with trio.move_on_at(deadline) as scope:
                 start = await call_with_resilience(
@@ -281,11 +280,21 @@ class ChatPipeline:
                         await send.send(item)
                     async for item in start.rest:
                         await send.send(item)
+                        if _is_message_stop(item):
+                            complete = True
+                            break
+                    await send.aclose()  # the answer is complete: the relay may finish
+                    # An upstream should end its body right after message_stop; reading
+                    # that end lets the connection be reused, and one that lingers is
+                    # not waited for.
+                    with trio.move_on_after(_LINGER_AFTER_STOP_S):
+                        async for _ in start.rest:
+                            pass
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
                 finally:
                     await start.aclose()
-            if scope.cancelled_caught:
+            if scope.cancelled_caught and not complete:
                 raise _deadline_error(self._settings)
 
     async def _start_stream(
@@ -340,18 +349,23 @@ class ChatPipeline:
             upstream=None if started_at is None else (finished_at or now) - started_at,
         )
 
-    def record_refused(
-        self, status: int, arrived: float, *, model: str | None = None, stream: bool = False
-    ) -> None:
+    def record_refused(self, status: int, arrived: float, *, stream: bool = False) -> None:
         """Count a request answered with an error before any upstream work (bad input, a
-        missing key): a request all the same, under ``(none)`` if no model was readable."""
+        missing key): a request all the same, under the model ``(none)``."""
         waited = trio.current_time() - arrived
         if self._metrics is not None:
-            self._metrics.record_error(model, status, Timing(total=waited), stream=stream)
+            self._metrics.record_error(None, status, Timing(total=waited), stream=stream)
 
     def _record_error(self, model: str, status: int, timing: Timing, *, stream: bool) -> None:
         if self._metrics is not None:
             self._metrics.record_error(model, status, timing, stream=stream)
+
+
+def _is_message_stop(item: StreamItem) -> bool:
+    name, data = item
+    return name == "message_stop" or (
+        name in ("", "message") and data.get("type") == "message_stop"
+    )
 
 
 def _deadline_error(settings: Settings) -> ProxyError:
@@ -424,6 +438,7 @@ class _StreamRelay:
         self._upstream_started: float | None = None
         self._upstream_first_byte: float | None = None
         self._first_token_at: float | None = None
+        self._deltas = 0
         self._closed = False
         self.status = CLIENT_CLOSED
 
@@ -444,8 +459,10 @@ class _StreamRelay:
             self._upstream_first_byte = data["first_byte_at"]
             return []
         chunks = self._translator.feed(name, data)
-        if chunks and self._first_token_at is None and name == "content_block_delta":
-            self._first_token_at = trio.current_time()
+        if name == "content_block_delta":
+            self._deltas += 1
+            if chunks and self._first_token_at is None:
+                self._first_token_at = trio.current_time()
         return [encode_data(chunk) for chunk in chunks]
 
     async def read_prelude(self) -> dict[str, str]:
@@ -508,10 +525,12 @@ class _StreamRelay:
                 )
             for chunk in self._translator.finish():
                 yield encode_data(chunk)
+            self.status = 200  # everything is out but the last line: the answer is whole
             yield DONE
-            self.status = 200
         except _Expired:
-            return  # expire() ended it while a write was stuck; nothing more to send
+            # expire() freed the stream while a write was stuck; once that write got
+            # through, the client still learns why the stream ends here.
+            yield encode_data(_deadline_error(self._pipeline._settings).body())
         except UpstreamStreamError as exc:
             self.status = _stream_error_status(exc.error)
             yield encode_data(exc.error)
@@ -522,9 +541,11 @@ class _StreamRelay:
             self.close()
 
     def expire(self) -> None:
-        """The deadline passed while a write to the client was stuck: count it a 504."""
+        """The deadline passed while a write to the client was stuck: free the stream's
+        resources now, counted a 504 unless only ``[DONE]`` was left to write."""
         if not self._closed:
-            self.status = 504
+            if self.status != 200:
+                self.status = 504
             self.close()
 
     def close(self) -> None:
@@ -542,8 +563,12 @@ class _StreamRelay:
             usage = self._translator.upstream_usage
             metrics.record_success(self._tr.upstream_model, usage, timing, stream=True)
         else:
-            # What the upstream reported before the end is spent all the same.
+            # What the upstream reported before the end is spent all the same. Anthropic
+            # reports output tokens only at the end, so the deltas relayed (each at least a
+            # token) stand in for them when that is more.
             usage = self._translator.upstream_usage
+            if usage:
+                usage["output_tokens"] = max(int(usage.get("output_tokens") or 0), self._deltas)
             metrics.record_error(
                 self._tr.upstream_model, self.status, timing, stream=True, usage=usage
             )

@@ -24,7 +24,7 @@ cookies and ``Access-Control-Allow-Credentials`` are never involved.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, final
 
 from .asgi_chat import ASGIApp, Message, Receive, Scope, Send, send_json
@@ -55,10 +55,17 @@ class OriginPolicy:
       inner: the app (its lifespan and every route).
       allow_origins: ``CORS_ALLOW_ORIGINS``: exact origins (``https://chat.example.com``),
         ``null`` for pages with an opaque origin, or ``*`` for any page.
+      on_refused: called for each request refused (the app counts it as rejected).
     """
 
-    def __init__(self, inner: ASGIApp, allow_origins: Iterable[str]) -> None:
+    def __init__(
+        self,
+        inner: ASGIApp,
+        allow_origins: Iterable[str],
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self._inner = inner
+        self._on_refused = on_refused
         origins = frozenset(allow_origins)
         self._cors = bool(origins)
         self._any = "*" in origins
@@ -81,6 +88,7 @@ class OriginPolicy:
             return
         origin_text = origin.decode("latin-1")
         if not self._allows(origin_text):
+            self._on_refused()
             exc = origin_not_allowed(origin_text)
             # Readable by the page, so its developer sees why rather than a bare CORS failure.
             headers = {"Access-Control-Allow-Origin": origin_text, "Vary": "Origin"}

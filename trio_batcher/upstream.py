@@ -87,7 +87,7 @@ class UpstreamStream:
                 async for chunk in chunks:
                     for event in decoder.feed(chunk):
                         data = event.data
-                        if event.event == "error" and self._secret:
+                        if self._secret and self._secret in data:
                             data = data.replace(self._secret, _REDACTED)
                         yield event.event, _decode_event(event.event, data)
         except httpcore2.TimeoutException:

@@ -101,10 +101,12 @@ async def open_until_content(
                     "The upstream closed the stream before sending any content.",
                     code="upstream_connection_error",
                 ) from None
-            if name == "error":
+            # An event without an ``event:`` line is named by its JSON ``type``.
+            kind = name if name and name != "message" else str(data.get("type") or "")
+            if kind == "error":
                 raise error_for(data, stream.headers)
             prelude.append((name, data))
-            if name not in _PRELUDE:
+            if kind not in _PRELUDE:
                 break
     except BaseException:
         await StreamStart(stream, prelude, events).aclose()
