@@ -160,7 +160,7 @@ def _lone_surrogate(value: object, path: str) -> str | None:
     return None
 
 
-def _header_value(value: str) -> bytes:
+def header_value(value: str) -> bytes:
     # Header values we send come from the upstream or name request fields: keep them to
     # printable ASCII so that no input can make the response itself invalid.
     if value.isascii() and value.isprintable():
@@ -171,7 +171,7 @@ def _header_value(value: str) -> bytes:
 def _encode_headers(
     base: tuple[tuple[bytes, bytes], ...], extra: dict[str, str]
 ) -> list[tuple[bytes, bytes]]:
-    return [*base, *((name.lower().encode("ascii"), _header_value(v)) for name, v in extra.items())]
+    return [*base, *((name.lower().encode("ascii"), header_value(v)) for name, v in extra.items())]
 
 
 @final

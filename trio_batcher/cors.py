@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final, final
 
-from .asgi_chat import ASGIApp, Message, Receive, Scope, Send, send_json
+from .asgi_chat import ASGIApp, Message, Receive, Scope, Send, header_value, send_json
 from .errors import ProxyError
 
 ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
@@ -137,10 +137,7 @@ async def _send_preflight(send: Send, allow_origin: bytes, request_headers: byte
     if request_headers:
         # Whatever the page asks to send (authorization, content-type, the SDKs'
         # x-stainless-* headers) is fine: auth is checked on the real request.
-        headers.append((b"access-control-allow-headers", _ascii(request_headers)))
+        allowed = header_value(request_headers.decode("latin-1"))
+        headers.append((b"access-control-allow-headers", allowed))
     await send({"type": "http.response.start", "status": 204, "headers": headers})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _ascii(value: bytes) -> bytes:
-    return bytes(b if 0x20 <= b <= 0x7E else 0x3F for b in value)

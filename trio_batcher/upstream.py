@@ -142,13 +142,8 @@ class UpstreamClient:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
         started = trio.current_time()
         response = await self._send(body)
-        try:
-            first_byte = trio.current_time()
-            raw = await _read(response)
-        finally:
-            await response.aclose()
-        if response.status_code != 200:
-            raise self._error(response, raw)
+        first_byte = trio.current_time()
+        raw = await self._body_of_200(response)
         try:
             message = json.loads(raw)
         except ValueError:
@@ -168,11 +163,7 @@ class UpstreamClient:
         started = trio.current_time()
         response = await self._send(body)
         if response.status_code != 200:
-            try:
-                raw = await _read(response)
-            finally:
-                await response.aclose()
-            raise self._error(response, raw)
+            await self._body_of_200(response)  # raises the upstream's error
         return UpstreamStream(response, started, trio.current_time(), self._secret)
 
     async def list_models(self) -> list[dict[str, Any]]:
@@ -182,12 +173,7 @@ class UpstreamClient:
         for _ in range(_MAX_MODEL_PAGES):
             target = "/v1/models?limit=1000" + (f"&after_id={quote(after)}" if after else "")
             response = await self._request(b"GET", self._pool.url(target), b"")
-            try:
-                raw = await _read(response)
-            finally:
-                await response.aclose()
-            if response.status_code != 200:
-                raise self._error(response, raw)
+            raw = await self._body_of_200(response)
             try:
                 page = json.loads(raw)
             except ValueError:
@@ -205,12 +191,19 @@ class UpstreamClient:
                 break
         return models
 
-    def _error(self, response: PooledResponse, raw: bytes) -> ProxyError:
-        """The upstream's error, minus our key should it have echoed it (some proxies and
-        misconfigured upstreams do), since its message goes to the client as it is."""
+    async def _body_of_200(self, response: PooledResponse) -> bytes:
+        """Read and close ``response``; its body if it is a 200, else raise its error --
+        minus our key should the upstream have echoed it (some proxies and misconfigured
+        upstreams do), since the error's message goes to the client as it is."""
+        try:
+            raw = await _read(response)
+        finally:
+            await response.aclose()
+        if response.status_code == 200:
+            return raw
         if self._secret:
             raw = raw.replace(self._secret.encode(), _REDACTED.encode())
-        return upstream_error(response.status_code, raw, response.headers)
+        raise upstream_error(response.status_code, raw, response.headers)
 
     async def _send(self, body: Mapping[str, Any]) -> PooledResponse:
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias, final
 
@@ -389,3 +389,14 @@ async def open_loop(
         mode="open",
         rate=rate,
     )
+
+
+def closed_driver(
+    pool: Pool, target: Target, workers: int, seconds: float
+) -> Callable[[Tally], Awaitable[Run]]:
+    """A ``closed_loop`` of ``workers`` for ``seconds``, as a phase's driver takes it."""
+
+    async def drive(tally: Tally) -> Run:
+        return await closed_loop(pool, target, workers=workers, duration=seconds, tally=tally)
+
+    return drive

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import trio
 
 from .harness import Bench, Phase, monotonic_offset, target_for
-from .load import Run, Tally, Target, closed_loop
+from .load import closed_driver
 from .processes import Stack, running_stack
 from .results import Check, ScenarioResult
 from .stats import resilience_delta
@@ -150,15 +150,6 @@ def _status_table(polls: list[tuple[float, Mapping[str, Any]]], t0: float) -> di
     return {"columns": ["t_ms", "ok_total", "r429_total", "requests_total"], "rows": rows}
 
 
-def _closed(
-    pool: Pool, target: Target, workers: int, seconds: float
-) -> Callable[[Tally], Awaitable[Run]]:
-    async def drive(tally: Tally) -> Run:
-        return await closed_loop(pool, target, workers=workers, duration=seconds, tally=tally)
-
-    return drive
-
-
 async def _variant(
     bench: Bench, scenario: ScenarioResult, stack: Stack, variant: str, clients: int
 ) -> tuple[Phase, dict[str, Any]]:
@@ -186,7 +177,7 @@ async def _variant(
             scenario,
             stack,
             name,
-            _closed(pool, target, clients, seconds),
+            closed_driver(pool, target, clients, seconds),
             target=target,
             proxy=variant,
             label=f"{name}: {clients} clients, closed loop, limit {LIMIT_REQUESTS} per "

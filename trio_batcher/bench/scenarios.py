@@ -20,7 +20,7 @@ import trio
 
 from .cpu import CpuMeter
 from .harness import Bench, Phase, monotonic_offset, target_for, target_result
-from .load import Abort, Run, Tally, Target, closed_loop, open_loop
+from .load import Abort, Run, Tally, Target, closed_driver, closed_loop, open_loop
 from .processes import Stack, running_stack
 from .ratelimit import run_ratelimit
 from .results import Check, PhaseResult, ScenarioResult, Summary
@@ -58,15 +58,6 @@ def _ratio(a: float, b: float) -> float | None:
     return None if a <= 0 else b / a
 
 
-def _closed(
-    pool: Pool, target: Target, workers: int, seconds: float
-) -> Callable[[Tally], Awaitable[Run]]:
-    async def drive(tally: Tally) -> Run:
-        return await closed_loop(pool, target, workers=workers, duration=seconds, tally=tally)
-
-    return drive
-
-
 async def _side_by_side(
     bench: Bench,
     scenario: ScenarioResult,
@@ -94,7 +85,7 @@ async def _side_by_side(
                 scenario,
                 stack,
                 name,
-                _closed(pool, target, workers, seconds),
+                closed_driver(pool, target, workers, seconds),
                 target=target,
                 proxy=proxy,
                 label=f"{name}: {workers} clients, closed loop",
@@ -513,7 +504,7 @@ async def _burst(bench: Bench, scenario: ScenarioResult) -> None:
                     scenario,
                     stack,
                     f"window-cost-{proxy}",
-                    _closed(pool, target, 1, cost_s),
+                    closed_driver(pool, target, 1, cost_s),
                     target=target,
                     proxy=proxy,
                     label=f"window-cost-{proxy}: 1 client, closed loop",

@@ -188,7 +188,9 @@ class Resilience:
     def _holding(self, model: str | None) -> Cooldown:
         """Of the cooldowns that hold calls to ``model``, the one that ends last."""
         cooldown = self.cooldown
-        own = None if model is None else self._model_cooldowns.get(rate_limit_key(model))
+        if model is None or not self._model_cooldowns:  # the usual case: no rate limit yet
+            return cooldown
+        own = self._model_cooldowns.get(rate_limit_key(model))
         if own is not None and own.until > cooldown.until:
             return own
         return cooldown
