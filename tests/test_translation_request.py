@@ -1034,7 +1034,19 @@ ERRORS = [
         request(
             messages=[user([part(str(i), cache_control={"type": "ephemeral"}) for i in range(5)])]
         ),
-        None,
+        "messages[0].content[4]",
+    ),
+    (
+        "too_many_cache_breakpoints_names_the_first_past_the_limit",
+        request(
+            messages=[
+                user([part("a", prompt_cache_breakpoint={"mode": "explicit"}), part(" ")]),
+                assistant("ok"),
+                user([part(str(i), cache_control={"type": "ephemeral"}) for i in range(4)]),
+            ],
+            tools=[{**CLOCK, "cache_control": {"type": "ephemeral"}}],
+        ),
+        "messages[2].content[2]",
     ),
     ("only_system_messages", request(messages=[system("S")]), "messages"),
     ("only_empty_user", request(messages=[system("S"), user("")]), "messages[1].content"),

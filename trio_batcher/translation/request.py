@@ -22,7 +22,7 @@ had to give.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -263,7 +263,7 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         body["max_tokens"] = cap
     _sampling(payload, body, thinking_on=thinking is not None, options=options, ignored=ignored)
 
-    _check_cache_breakpoints(body)
+    _check_cache_breakpoints(body, payload)
     if stream:
         body["stream"] = True
     for key in IGNORED_PARAMS:
@@ -285,8 +285,13 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     )
 
 
-def _check_cache_breakpoints(body: Mapping[str, Any]) -> None:
-    """Anthropic rejects a fifth ``cache_control``; say so in our terms, before sending."""
+def _check_cache_breakpoints(body: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
+    """Anthropic rejects a fifth ``cache_control``; say so in our terms, before sending.
+
+    The count is taken on the translated body (a blank part carries no breakpoint there);
+    ``param`` names the first breakpoint past the limit in the client's own request order,
+    so the client can see which one to drop.
+    """
     blocks: list[Mapping[str, Any]] = [*body.get("tools", ()), *body.get("system", ())]
     for message in body["messages"]:
         for block in message["content"]:
@@ -295,10 +300,30 @@ def _check_cache_breakpoints(body: Mapping[str, Any]) -> None:
                 blocks.extend(block["content"])
     found = sum(1 for block in blocks if "cache_control" in block)
     if found > MAX_CACHE_BREAKPOINTS:
+        marked = list(_breakpoint_params(payload))
         raise invalid_request(
             f"At most {MAX_CACHE_BREAKPOINTS} cache breakpoints (cache_control or "
-            f"prompt_cache_breakpoint) may be set in one request; found {found}."
+            f"prompt_cache_breakpoint) may be set in one request; found {found}.",
+            param=marked[MAX_CACHE_BREAKPOINTS] if len(marked) > MAX_CACHE_BREAKPOINTS else None,
         )
+
+
+def _breakpoint_params(payload: Mapping[str, Any]) -> Iterator[str]:
+    """Where the client asked for cache breakpoints, in request order (tools, then messages)."""
+
+    def marks(part: object) -> bool:
+        return isinstance(part, Mapping) and (
+            part.get("cache_control") is not None or part.get("prompt_cache_breakpoint") is not None
+        )
+
+    for i, tool in enumerate(payload.get("tools") or ()):
+        if marks(tool):
+            yield f"tools[{i}]"
+    for i, message in enumerate(payload.get("messages") or ()):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if marks(part):
+                yield f"messages[{i}].content[{j}]"
 
 
 def _reject_unsupported(payload: Mapping[str, Any]) -> None:
