@@ -9,7 +9,9 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -294,3 +296,26 @@ async def test_bodies_that_would_fail_later_are_400s_at_the_door(body: bytes, me
         )
         assert fine.status_code == 200
         assert (await sim.stats())["requests_total"] == 1
+
+
+async def test_error_answers_carry_server_timing_too() -> None:
+    """A refused body, a validation error and a shed request say where their time went."""
+    pattern = r"^queue;dur=[\d.]+, overhead;dur=[\d.]+, total;dur=[\d.]+$"
+    async with (
+        proxy_and_simulator(max_inflight=1, max_queue=0) as (url, sim),
+        httpx2.AsyncClient(timeout=10) as http,
+    ):
+        chat = f"{url}/v1/chat/completions"
+        unreadable = await http.post(
+            chat, content=b"{", headers={"content-type": "application/json"}
+        )
+        invalid = await http.post(chat, json={**HELLO, "temperature": "hot"})
+        async with trio.open_nursery() as nursery:
+            slow = {**HELLO, "messages": [{"role": "user", "content": "[[sim:ttft_ms=500]]"}]}
+            nursery.start_soon(partial(http.post, chat, json=slow))
+            with trio.fail_after(5):  # the only slot is taken
+                await sim.wait_until(lambda stats: stats["in_flight"] == 1)
+            shed = await http.post(chat, json=HELLO)
+        for response, status in ((unreadable, 400), (invalid, 400), (shed, 429)):
+            assert response.status_code == status
+            assert re.match(pattern, response.headers["server-timing"]), response.headers

@@ -205,8 +205,9 @@ async def test_request_abandoned_while_queued_never_reaches_the_upstream(
                 )
                 nursery.start_soon(hang)
                 await _wait_for(sim, lambda s: s["in_flight"] == 1)
-            with trio.move_on_after(0.3):
-                await http.post(f"{url}/v1/chat/completions", json=_body("abandon me"))
+            with trio.move_on_after(0.3):  # a stream: still counted as one once it leaves
+                abandoned = {**_body("abandon me"), "stream": True}
+                await http.post(f"{url}/v1/chat/completions", json=abandoned)
             nursery.cancel_scope.cancel()
         # Once the proxy has counted every caller as gone (499) with nothing left in
         # flight, their tickets are resolved: nothing can be dispatched for them any more.
@@ -218,6 +219,7 @@ async def test_request_abandoned_while_queued_never_reaches_the_upstream(
                 if gone == closed and metrics["concurrency"]["upstream_in_flight"] == 0:
                     break
                 await trio.sleep(0.01)
+        assert metrics["requests"]["stream"] == 1
         stats = await sim.stats()
         assert stats["requests_total"] == (1 if gated else 0)
         assert all("abandon me" not in json.dumps(t) for t in stats["recent"])

@@ -241,7 +241,8 @@ def test_unknown_model_goes_to_the_unpriced_bucket(registry: MetricsRegistry) ->
 # -- errors and rejections --------------------------------------------------------------------
 
 
-def test_errors_record_latency_but_no_tokens_or_cost(registry: MetricsRegistry) -> None:
+def test_errors_record_latency_but_no_tokens_or_cost(pricing: PriceTable) -> None:
+    registry = MetricsRegistry(window=1024, pricing=pricing, known_model=lambda m: m == SONNET)
     registry.record_error(SONNET, 529, Timing(total=0.3, upstream=0.25))
     registry.record_error(None, 400, Timing(total=0.001))
     snap = registry.snapshot()
@@ -385,6 +386,59 @@ def test_model_names_beyond_the_cap_share_one_entry_and_keep_their_price(
     assert snap["by_model"]["(other)"]["priced"] is False
     assert snap["cost"]["unpriced"]["requests"] == 2
     assert snap["requests"]["total"] == sum(m["requests"] for m in snap["by_model"].values())
+
+
+def test_a_name_gets_its_own_entry_once_the_upstream_answers_for_it(
+    pricing: PriceTable,
+) -> None:
+    """Errors for names nobody has seen answered (typos, made-up models) share (other), so
+    they cannot use up the entries real models need; known names are shown from the start."""
+    registry = MetricsRegistry(
+        window=10, pricing=pricing, max_models=2, known_model=lambda m: m == "claude-haiku-4-5"
+    )
+    for i in range(5):
+        registry.record_error(f"no-such-model-{i}", 404, Timing(total=0.01))
+    registry.record_error("claude-haiku-4-5", 529, Timing(total=0.01))
+    registry.record_error(SONNET, 529, Timing(total=0.01))
+    snap = registry.snapshot()
+    assert set(snap["by_model"]) == {"(other)", "claude-haiku-4-5"}
+    assert snap["by_model"]["(other)"]["errors"] == 6
+
+    registry.record_success(SONNET, usage(MILLION, 0), Timing(total=0.1))
+    snap = registry.snapshot()
+    assert snap["by_model"][SONNET] == {**snap["by_model"][SONNET], "requests": 1, "errors": 0}
+    assert snap["by_model"][SONNET]["cost_usd"] == 3.0
+    assert snap["cost"]["estimated_cost_usd"] == 3.0
+    assert snap["cost"]["estimate_complete"] is True
+
+    registry.record_error("broken-stream-model", 502, Timing(total=0.1), usage=usage(0, 1))
+    assert "broken-stream-model" not in registry.snapshot()["by_model"]  # the cap is reached
+
+
+def test_a_client_cannot_take_the_reserved_names(pricing: PriceTable) -> None:
+    registry = MetricsRegistry(window=10, pricing=pricing, max_models=1)
+    registry.record_success("(other)", usage(1, 1), Timing(total=0.1))
+    registry.record_success("(none)", usage(1, 1), Timing(total=0.1))
+    registry.record_error(None, 400, Timing(total=0.1))
+    registry.record_success(SONNET, usage(MILLION, 0), Timing(total=0.1))
+    registry.record_success("claude-3-haiku", usage(MILLION, 0), Timing(total=0.1))
+    snap = registry.snapshot()
+    assert set(snap["by_model"]) == {"(other)", "(none)", SONNET}
+    assert snap["by_model"]["(none)"]["requests"] == 1  # only the refused request
+    assert snap["by_model"]["(other)"]["requests"] == 3
+    assert snap["by_model"]["(other)"]["cost_usd"] == 0.25  # priced per real name
+    assert snap["cost"]["estimated_cost_usd"] == 3.25
+    assert snap["cost"]["unpriced"]["requests"] == 2
+
+
+def test_a_broken_stream_of_an_unpriced_model_makes_the_estimate_incomplete(
+    registry: MetricsRegistry,
+) -> None:
+    registry.record_error("claude-opus-4-9", 502, Timing(total=0.1), usage=usage(24, 3))
+    snap = registry.snapshot()
+    assert snap["cost"]["unpriced"] == {**snap["cost"]["unpriced"], "requests": 1}
+    assert snap["cost"]["unpriced"]["input_tokens"] == 24
+    assert snap["cost"]["estimate_complete"] is False
 
 
 # -- Server-Timing ----------------------------------------------------------------------------

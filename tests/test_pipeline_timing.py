@@ -10,14 +10,17 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 
 from trio_batcher.batching import Batcher
 from trio_batcher.chat import ChatPipeline, JSONReply
 from trio_batcher.dispatch import DirectDispatcher, Dispatcher
+from trio_batcher.errors import ProxyError
 from trio_batcher.gate import AdmissionGate
 from trio_batcher.metrics import MetricsRegistry
 from trio_batcher.pricing import load_pricing
+from trio_batcher.resilience import Resilience, ResilienceConfig
 from trio_batcher.settings import Settings
 from trio_batcher.upstream import UpstreamReply
 
@@ -47,18 +50,36 @@ class OneSecondUpstream:
         )
 
 
+class FailsFirst(OneSecondUpstream):
+    """The first ``failures`` calls answer 529 (retry after 2 s) after 1 s; then succeeds."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    async def create_message(self, body: Mapping[str, Any]) -> UpstreamReply:
+        if self.failures:
+            self.failures -= 1
+            await trio.sleep(1)
+            raise ProxyError(529, "Overloaded", upstream_status=529, retry_after=2.0)
+        return await super().create_message(body)
+
+
 @asynccontextmanager
 async def pipeline(
-    settings: Settings, dispatcher: Dispatcher
+    settings: Settings,
+    dispatcher: Dispatcher,
+    upstream: OneSecondUpstream | None = None,
+    resilience: Resilience | None = None,
 ) -> AsyncIterator[tuple[ChatPipeline, MetricsRegistry]]:
     metrics = MetricsRegistry(window=100, pricing=load_pricing(None))
     gate = AdmissionGate(settings.max_inflight, settings.max_queue, settings.acquire_timeout_s)
     chat = ChatPipeline(
         settings=settings,
-        upstream=OneSecondUpstream(),
+        upstream=upstream or OneSecondUpstream(),
         dispatcher=dispatcher,
         gate=gate,
         metrics=metrics,  # type: ignore[arg-type]
+        resilience=resilience,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(dispatcher.run)
@@ -129,3 +150,34 @@ async def test_queue_wait_includes_the_limiter_and_the_gate(
         await _fire(chat, 2)
     queue = metrics.snapshot()["timing"]["queue_ms"]
     assert (queue["p50"], queue["max"]) == (0.0, 1000.0)
+
+
+async def test_retries_and_their_waits_are_upstream_time_not_overhead(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A 529 after 1 s, a 2 s wait the upstream asked for, then a 1 s answer.
+    async with pipeline(Settings(), DirectDispatcher(), FailsFirst(1)) as (chat, metrics):
+        [reply] = await _fire(chat, 1)
+    assert reply.headers["Server-Timing"] == (
+        "queue;dur=0.0, upstream;dur=4000.0, ttfb;dur=250.0, overhead;dur=0.0, total;dur=4000.0"
+    )
+    assert metrics.snapshot()["timing"]["overhead_ms"]["max"] == 0.0
+
+
+async def test_a_failed_call_is_upstream_time_and_its_error_says_so(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    no_retries = Resilience(ResilienceConfig(max_retries=0))
+    async with pipeline(Settings(), DirectDispatcher(), FailsFirst(1), no_retries) as (
+        chat,
+        metrics,
+    ):
+        with pytest.raises(ProxyError) as caught:
+            await chat.handle(dict(BODY), trio.current_time())
+    assert caught.value.status == 529
+    assert caught.value.headers["Server-Timing"] == (
+        "queue;dur=0.0, upstream;dur=1000.0, overhead;dur=0.0, total;dur=1000.0"
+    )
+    timing = metrics.snapshot()["timing"]
+    assert (timing["upstream_ms"]["sample_count"], timing["upstream_ms"]["max"]) == (1, 1000.0)
+    assert timing["overhead_ms"]["max"] == 0.0

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from trio_batcher.metrics import LATENCY_BUCKETS, Gauges, MetricsRegistry, Timing
 from trio_batcher.pricing import load_pricing
 from trio_batcher.prometheus import PrometheusExporter
+from trio_batcher.resilience import ResilienceStatistics
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-3-5-haiku-latest"
@@ -126,6 +127,53 @@ def test_exposition_agrees_with_the_json_snapshot(registry: MetricsRegistry) -> 
     assert total(samples, "trio_batcher_waiting_requests") == snap["concurrency"]["waiting"]
     assert total(samples, "trio_batcher_upstream_inflight") == 4
     assert total(samples, "trio_batcher_upstream_concurrency_cap") == 5
+
+
+def test_tokens_of_a_model_whose_only_requests_broke_are_exported(
+    registry: MetricsRegistry,
+) -> None:
+    """A stream that broke after usage is an error with tokens: JSON and Prometheus agree."""
+    broken = {"input_tokens": 5000, "output_tokens": 3}
+    registry.record_error("claude-haiku-4-5", 502, Timing(total=0.1), stream=True, usage=broken)
+    samples, _ = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    snap = registry.snapshot(GAUGES)
+    assert total(samples, "trio_batcher_tokens_total", model="claude-haiku-4-5") == 5003
+    assert total(samples, "trio_batcher_tokens_total") == snap["tokens"]["total"] == 5003
+    assert total(samples, "trio_batcher_cost_usd_total") == pytest.approx(
+        snap["cost"]["estimated_cost_usd"]
+    )
+
+
+def test_upstream_retries_failures_and_cooldowns_are_exported(registry: MetricsRegistry) -> None:
+    stats = ResilienceStatistics(
+        requests=10,
+        attempts=14,
+        retries=4,
+        retries_denied_by_budget=2,
+        retries_denied_by_deadline=1,
+        shed_by_cooldown=3,
+        failures_by_signal={"overloaded": 5, "rate_limited": 2},
+        waiting_for_cooldown=1,
+        cooldowns_opened=6,
+        cooldowns_extended=1,
+        cooldown_remaining=2.5,
+        ratelimit_holds=1,
+        current_limit=None,
+        limit_increases=0,
+        limit_decreases=0,
+    )
+    samples, types = scrape(PrometheusExporter(registry, lambda: GAUGES, lambda: stats))
+    assert types["trio_batcher_upstream_attempts"] == "counter"
+    assert total(samples, "trio_batcher_upstream_attempts_total") == 14
+    assert total(samples, "trio_batcher_upstream_retries_total") == 4
+    assert total(samples, "trio_batcher_upstream_retries_denied_total", reason="budget") == 2
+    assert total(samples, "trio_batcher_upstream_retries_denied_total", reason="deadline") == 1
+    assert total(samples, "trio_batcher_upstream_failures_total", signal="overloaded") == 5
+    assert total(samples, "trio_batcher_upstream_failures_total") == 7
+    assert total(samples, "trio_batcher_upstream_cooldowns_opened_total") == 6
+    assert total(samples, "trio_batcher_upstream_ratelimit_holds_total") == 1
+    assert total(samples, "trio_batcher_upstream_cooldown_remaining_seconds") == 2.5
+    assert types["trio_batcher_upstream_cooldown_remaining_seconds"] == "gauge"
 
 
 def test_histogram_buckets_are_cumulative_seconds_with_le_semantics(

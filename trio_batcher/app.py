@@ -77,8 +77,11 @@ class Runtime:
         )
         self.metrics: MetricsRegistry | None = None
         if settings.metrics_enabled:
+            default_model = settings.default_model
             self.metrics = MetricsRegistry(
-                window=settings.metrics_latency_window, pricing=load_pricing(settings.pricing_file)
+                window=settings.metrics_latency_window,
+                pricing=load_pricing(settings.pricing_file),
+                known_model=lambda name: find_model(name, default_model) is not None,
             )
         self.dispatcher: Dispatcher
         limiter: trio.CapacityLimiter | None = None
@@ -114,7 +117,9 @@ class Runtime:
             resilience=self.resilience,
         )
         self.prometheus = (
-            PrometheusExporter(self.metrics, self.gauges) if self.metrics is not None else None
+            PrometheusExporter(self.metrics, self.gauges, self.resilience.statistics)
+            if self.metrics is not None
+            else None
         )
         self.draining = False
         self.drained = trio.Event()
@@ -364,7 +369,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         rt = _metrics_runtime()
         assert rt.prometheus is not None
         body, content_type = rt.prometheus.render(request.headers.get("Accept"))
-        return Response(body, status=200, content_type=content_type)
+        response = Response(body, status=200, content_type=content_type)
+        response.headers["Cache-Control"] = "no-store"
+        return response
 
     return app
 

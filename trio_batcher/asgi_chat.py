@@ -223,7 +223,10 @@ class ChatEndpoint:
             payload = parse_json_body(raw)
         except Exception as exc:
             if pipeline is not None:
-                pipeline.record_refused(exc.status if isinstance(exc, ProxyError) else 500, arrived)
+                status = exc.status if isinstance(exc, ProxyError) else 500
+                timing = pipeline.record_refused(status, arrived)
+                if isinstance(exc, ProxyError):
+                    exc.headers["Server-Timing"] = timing.server_timing_header()
             await _send_error(send, exc)
             return
         async with trio.open_nursery() as nursery:

@@ -146,15 +146,18 @@ class ChatPipeline:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.
             stream = isinstance(payload, dict) and payload.get("stream") is True
-            self.record_refused(exc.status, arrived, stream=stream)
+            timing = self.record_refused(exc.status, arrived, stream=stream)
+            exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
         deadline = arrived + self._settings.request_timeout_s
         early = self._resilience.shed_error(deadline, tr.upstream_model)
         if early is not None:  # the upstream asked us to wait longer than this request may
             if self._metrics is not None:
                 self._metrics.record_rejected(early.code or "upstream_cooldown")
+            timing = Timing(total=trio.current_time() - arrived)
+            early.headers["Server-Timing"] = timing.server_timing_header()
             raise early
-        slot = await self._admit(tr.upstream_model, arrived, deadline)
+        slot = await self._admit(tr, arrived, deadline)
         if tr.stream:
             return await self._start_stream(tr, slot, arrived, deadline)
         try:
@@ -162,33 +165,41 @@ class ChatPipeline:
         finally:
             slot.release()
 
-    async def _admit(self, model: str, arrived: float, deadline: float) -> Slot:
+    async def _admit(self, tr: TranslatedRequest, arrived: float, deadline: float) -> Slot:
         try:
             return await self._gate.acquire(deadline)
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
             waited = trio.current_time() - arrived
             self._record_error(
-                model, CLIENT_CLOSED, Timing(total=waited, queue=waited), stream=False
+                tr.upstream_model,
+                CLIENT_CLOSED,
+                Timing(total=waited, queue=waited),
+                stream=tr.stream,
             )
             raise
         except Shed as shed:
             if self._metrics is not None:
                 self._metrics.record_rejected(shed.reason)
-            retry_after = str(math.ceil(shed.retry_after))
+            waited = trio.current_time() - arrived
+            headers = {
+                "Retry-After": str(math.ceil(shed.retry_after)),
+                "Server-Timing": Timing(total=waited, queue=waited).server_timing_header(),
+            }
             if shed.reason == "shutdown":
                 raise ProxyError(
                     503,
                     "The proxy is shutting down; retry on another instance.",
                     code="shutdown",
-                    headers={"Retry-After": retry_after},
+                    headers=headers,
                 ) from None
             raise ProxyError(
                 429,
-                f"The proxy is at capacity ({shed.reason}); retry after {retry_after} s.",
+                f"The proxy is at capacity ({shed.reason}); retry after "
+                f"{headers['Retry-After']} s.",
                 type="rate_limit_error",
                 code=shed.reason,
-                headers={"Retry-After": retry_after},
+                headers=headers,
             ) from None
 
     # -- non-streaming ------------------------------------------------------------------------
@@ -209,6 +220,7 @@ class ChatPipeline:
 
         reply: UpstreamReply | None = None
         status = CLIENT_CLOSED
+        failure: ProxyError | None = None
         try:
             with trio.move_on_at(deadline):
                 reply = await self._dispatcher.call(job)
@@ -216,16 +228,17 @@ class ChatPipeline:
                 raise _deadline_error(self._settings)
             status = 200
         except ProxyError as exc:
-            status = exc.status
+            status, failure = exc.status, exc
             raise
         except Exception:
             status = 500
             raise
         finally:
             if status != 200:
-                self._record_error(
-                    tr.upstream_model, status, self._timing(arrived, dispatched), stream=False
-                )
+                timing = self._timing(arrived, dispatched)
+                if failure is not None:  # an error answer shows where its time went too
+                    failure.headers["Server-Timing"] = timing.server_timing_header()
+                self._record_error(tr.upstream_model, status, timing, stream=False)
         body = translate_response(
             reply.message,
             model=tr.model,
@@ -319,6 +332,7 @@ class ChatPipeline:
             raise _deadline_error(self._settings)
         except ProxyError as exc:
             relay.status = exc.status
+            exc.headers["Server-Timing"] = relay.timing().server_timing_header()
             raise
         except Exception:
             relay.status = 500
@@ -338,7 +352,12 @@ class ChatPipeline:
         finished_at: float | None = None,
         first_token_at: float | None = None,
     ) -> Timing:
+        """Where the time went. ``upstream`` runs from the end of the queue (the first
+        attempt's start) to the last byte, so failed attempts, retries and the waits the
+        upstream asked for between them are the upstream's time, not the proxy's overhead;
+        ``upstream_ttfb`` is the answering attempt's own."""
         now = trio.current_time()
+        begun = dispatched if dispatched is not None else started_at
         return Timing(
             total=now - arrived,
             queue=max(0.0, (now if dispatched is None else dispatched) - arrived),
@@ -346,15 +365,16 @@ class ChatPipeline:
             if started_at is None or first_byte_at is None
             else first_byte_at - started_at,
             ttft=None if first_token_at is None else first_token_at - arrived,
-            upstream=None if started_at is None else (finished_at or now) - started_at,
+            upstream=None if begun is None else (finished_at or now) - begun,
         )
 
-    def record_refused(self, status: int, arrived: float, *, stream: bool = False) -> None:
+    def record_refused(self, status: int, arrived: float, *, stream: bool = False) -> Timing:
         """Count a request answered with an error before any upstream work (bad input, a
         missing key): a request all the same, under the model ``(none)``."""
-        waited = trio.current_time() - arrived
+        timing = Timing(total=trio.current_time() - arrived)
         if self._metrics is not None:
-            self._metrics.record_error(None, status, Timing(total=waited), stream=stream)
+            self._metrics.record_error(None, status, timing, stream=stream)
+        return timing
 
     def _record_error(self, model: str, status: int, timing: Timing, *, stream: bool) -> None:
         if self._metrics is not None:
@@ -479,10 +499,10 @@ class _StreamRelay:
             if name not in _PRELUDE_EVENTS:
                 break
         headers = _reply_headers(self._tr, self._upstream_headers)
-        headers["Server-Timing"] = self._timing().server_timing_header()
+        headers["Server-Timing"] = self.timing().server_timing_header()
         return headers
 
-    def _timing(self) -> Timing:
+    def timing(self) -> Timing:
         return self._pipeline._timing(
             self._arrived,
             self._ticket.started_at,
@@ -558,7 +578,7 @@ class _StreamRelay:
         metrics = self._pipeline._metrics
         if metrics is None:
             return
-        timing = self._timing()
+        timing = self.timing()
         if self.status == 200:
             usage = self._translator.upstream_usage
             metrics.record_success(self._tr.upstream_model, usage, timing, stream=True)

@@ -25,8 +25,11 @@ they are outside ``requests`` and outside every latency sample, so shedding load
 the latency percentiles look better.
 
 Memory is bounded: windows by ``window`` (clamped to [1, 100000]), per-model entries by
-``max_models`` (later models share one ``(other)`` entry, since model names come from
-clients), status codes and rejection reasons by the code that produces them.
+``max_models``, status codes and rejection reasons by the code that produces them. Model
+names come from clients, so a name earns its own entry only once the upstream has answered
+a request for it (or it is a model the gateway knows); until then, and past the cap, it is
+counted in the shared ``(other)`` entry. Otherwise a hundred requests naming models that do
+not exist would use up every entry and push real models out of the breakdown.
 
 When metrics are disabled the application holds no registry at all, so nothing here runs.
 """
@@ -68,6 +71,7 @@ LATENCY_BUCKETS: Final[tuple[float, ...]] = (
 )  # fmt: skip
 NO_MODEL: Final = "(none)"
 OTHER_MODELS: Final = "(other)"
+_RESERVED: Final = frozenset({NO_MODEL, OTHER_MODELS})
 _MAX_MODEL_NAME: Final = 128
 _WINDOW_REASONS: Final = ("size", "time", "drain")
 
@@ -268,6 +272,8 @@ class MetricsRegistry:
       window: how many recent samples each latency window keeps; clamped to [1, 100000].
       pricing: the price table cost estimates come from.
       max_models: distinct model names tracked individually; later ones share ``(other)``.
+      known_model: whether a name is a real model before the upstream has answered for it
+        (the bundled catalogue), so an outage right after start still shows per model.
       clock: monotonic seconds, for ``uptime_s`` (tests inject one).
     """
 
@@ -277,11 +283,14 @@ class MetricsRegistry:
         window: int,
         pricing: PriceTable,
         max_models: int = 100,
+        known_model: Callable[[str], bool] = lambda _: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.window: Final = max(WINDOW_MIN, min(WINDOW_MAX, window))
         self.pricing: Final = pricing
         self._max_models = max(1, max_models)
+        self._known_model = known_model
+        self._named_models = 0  # entries of their own, (none) and (other) aside
         self._clock = clock
         self._started_mono = clock()
         self._started_wall = time.time()
@@ -291,7 +300,8 @@ class MetricsRegistry:
         self._success = self._errors = self._streamed = 0
         self._models: dict[str, _ModelTotals] = {}
         self._all = _ModelTotals(None, priced=True)  # tokens and cost over every model
-        self._unpriced = _ModelTotals(None, priced=False)  # successes without a price
+        # requests whose usage has no price: successes, and streams that broke after usage
+        self._unpriced = _ModelTotals(None, priced=False)
         self._rejected: dict[str, int] = {}
         self._windows: dict[str, int] = dict.fromkeys(_WINDOW_REASONS, 0)
         self._windowed_requests = 0
@@ -308,7 +318,7 @@ class MetricsRegistry:
     ) -> None:
         """Count a request answered from upstream: latency, tokens, and cost if priced."""
         with self._lock:
-            entry = self._count_request(model, "200", timing, stream)
+            entry = self._count_request(model, "200", timing, stream, answered=True)
             self._success += 1
             self._spend(model, entry, TokenUsage.from_anthropic(usage))
 
@@ -324,7 +334,9 @@ class MetricsRegistry:
         """Count a request that ended in an error: latency, and tokens and cost only for
         ``usage`` the upstream reported before it ended (a stream its client left)."""
         with self._lock:
-            entry = self._count_request(model, str(status), timing, stream)
+            # Usage means the upstream took the request: the name is a real model.
+            answered = bool(usage) and model is not None
+            entry = self._count_request(model, str(status), timing, stream, answered=answered)
             entry.errors += 1
             self._errors += 1
             if usage and model is not None:
@@ -358,9 +370,9 @@ class MetricsRegistry:
             self._windowed_requests += size
 
     def _count_request(
-        self, model: str | None, status: str, timing: Timing, stream: bool
+        self, model: str | None, status: str, timing: Timing, stream: bool, *, answered: bool
     ) -> _ModelTotals:
-        name, entry = self._entry(model)
+        name, entry = self._entry(model, answered=answered)
         entry.requests += 1
         self._requests[name, status] = self._requests.get((name, status), 0) + 1
         if stream:
@@ -382,24 +394,27 @@ class MetricsRegistry:
             histograms["ttft"].observe(timing.ttft)
         return entry
 
-    def _entry(self, model: str | None) -> tuple[str, _ModelTotals]:
-        name = NO_MODEL if model is None else model[:_MAX_MODEL_NAME]
-        entry = self._models.get(name)
-        if entry is not None:
-            return name, entry
+    def _entry(self, model: str | None, *, answered: bool) -> tuple[str, _ModelTotals]:
         if model is None:
-            entry = _ModelTotals(None, priced=False)
-        elif len(self._models) < self._max_models:
-            price = self.pricing.price_for(model)
-            entry = _ModelTotals(price, priced=price is not None)
-        else:
-            name = OTHER_MODELS
-            entry = self._models.get(name)
+            entry = self._models.get(NO_MODEL)
             if entry is None:
-                # priced until an unpriced model lands here
-                entry = _ModelTotals(None, priced=True, shared=True)
-        self._models[name] = entry
-        return name, entry
+                entry = self._models[NO_MODEL] = _ModelTotals(None, priced=False)
+            return NO_MODEL, entry
+        name = model[:_MAX_MODEL_NAME]
+        if name not in _RESERVED:  # a client's "(other)" must not pose as the shared entry
+            entry = self._models.get(name)
+            if entry is not None:
+                return name, entry
+            if self._named_models < self._max_models and (answered or self._known_model(model)):
+                price = self.pricing.price_for(model)
+                entry = self._models[name] = _ModelTotals(price, priced=price is not None)
+                self._named_models += 1
+                return name, entry
+        entry = self._models.get(OTHER_MODELS)
+        if entry is None:
+            # priced until an unpriced model lands here
+            entry = self._models[OTHER_MODELS] = _ModelTotals(None, priced=True, shared=True)
+        return OTHER_MODELS, entry
 
     # -- reading ---------------------------------------------------------------------------
 

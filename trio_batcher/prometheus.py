@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 )
 
 from .metrics import Gauges, HistogramCounts, MetricsRegistry
+from .resilience import ResilienceStatistics
 
 __all__ = ["PrometheusExporter"]
 
@@ -47,9 +48,15 @@ _HISTOGRAMS = (
 class _RegistryCollector:
     """Renders one MetricsRegistry (and the gauges) each time it is collected."""
 
-    def __init__(self, registry: MetricsRegistry, gauges_fn: Callable[[], Gauges]) -> None:
+    def __init__(
+        self,
+        registry: MetricsRegistry,
+        gauges_fn: Callable[[], Gauges],
+        upstream_fn: Callable[[], ResilienceStatistics] | None,
+    ) -> None:
         self._registry = registry
         self._gauges_fn = gauges_fn
+        self._upstream_fn = upstream_fn
 
     def collect(self) -> Iterator[Metric]:
         stats = self._registry.statistics()
@@ -80,7 +87,9 @@ class _RegistryCollector:
             labels=["model"],
         )
         for model, m in sorted(stats.by_model.items()):
-            if m.requests > m.errors:  # error-only models have no usage to report
+            # Error-only models have no usage to report, unless a stream broke after some.
+            used = m.input_tokens or m.output_tokens or m.cache_read or m.cache_write
+            if m.requests > m.errors or used:
                 for kind, value in (
                     ("input", m.input_tokens),
                     ("output", m.output_tokens),
@@ -95,7 +104,8 @@ class _RegistryCollector:
 
         unpriced = CounterMetricFamily(
             PREFIX + "unpriced_requests",
-            "Successful requests whose model has no price; nonzero means cost is incomplete.",
+            "Requests that used tokens of a model with no price (successes, and streams that "
+            "broke after usage); nonzero means cost is incomplete.",
         )
         unpriced.add_metric([], stats.unpriced_requests)
         yield unpriced
@@ -145,11 +155,59 @@ class _RegistryCollector:
                 value=gauges.upstream_cap,
             )
 
+        if self._upstream_fn is not None:
+            yield from _upstream_families(self._upstream_fn())
+
         yield GaugeMetricFamily(
             PREFIX + "start_time_seconds",
             "When this registry started, Unix time; a change means the counters reset.",
             value=stats.started_at,
         )
+
+
+def _upstream_families(stats: ResilienceStatistics) -> Iterator[Metric]:
+    """Retries, failures and cooldowns: what an alert on retry amplification needs."""
+    for name, doc, value in (
+        (
+            "upstream_attempts",
+            "Upstream calls started, retries included; over requests_total, the retry "
+            "amplification the upstream sees.",
+            stats.attempts,
+        ),
+        ("upstream_retries", "Upstream attempts that were retries.", stats.retries),
+        (
+            "upstream_cooldowns_opened",
+            "Times a 429/529 retry-after or an exhausted rate limit held new upstream calls.",
+            stats.cooldowns_opened,
+        ),
+        (
+            "upstream_ratelimit_holds",
+            "Holds caused by anthropic-ratelimit-*-remaining reaching 0.",
+            stats.ratelimit_holds,
+        ),
+    ):
+        yield CounterMetricFamily(PREFIX + name, doc, value=value)
+    denied = CounterMetricFamily(
+        PREFIX + "upstream_retries_denied",
+        "Retryable upstream failures not retried, by why (budget spent, deadline too near).",
+        labels=["reason"],
+    )
+    denied.add_metric(["budget"], stats.retries_denied_by_budget)
+    denied.add_metric(["deadline"], stats.retries_denied_by_deadline)
+    yield denied
+    failures = CounterMetricFamily(
+        PREFIX + "upstream_failures",
+        "Failed upstream attempts, retried or not, by kind (rate_limited, overloaded, ...).",
+        labels=["signal"],
+    )
+    for signal, count in sorted(stats.failures_by_signal.items()):
+        failures.add_metric([signal], count)
+    yield failures
+    yield GaugeMetricFamily(
+        PREFIX + "upstream_cooldown_remaining_seconds",
+        "How long the longest open upstream cooldown still holds new calls.",
+        value=stats.cooldown_remaining,
+    )
 
 
 def _buckets(counts: HistogramCounts) -> list[tuple[str, float]]:
@@ -163,11 +221,17 @@ class PrometheusExporter:
     Args:
       registry: the metrics to expose.
       gauges_fn: returns the current concurrency gauges; called once per scrape.
+      upstream_fn: returns the resilience counters (retries, cooldowns), if there are any.
     """
 
-    def __init__(self, registry: MetricsRegistry, gauges_fn: Callable[[], Gauges]) -> None:
+    def __init__(
+        self,
+        registry: MetricsRegistry,
+        gauges_fn: Callable[[], Gauges],
+        upstream_fn: Callable[[], ResilienceStatistics] | None = None,
+    ) -> None:
         self.collector_registry = CollectorRegistry(auto_describe=False)
-        self.collector_registry.register(_RegistryCollector(registry, gauges_fn))
+        self.collector_registry.register(_RegistryCollector(registry, gauges_fn, upstream_fn))
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """Return ``(body, content_type)`` for a scrape.
