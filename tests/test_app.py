@@ -272,12 +272,8 @@ async def test_a_200_that_is_not_a_message_is_a_502_not_an_empty_completion() ->
         assert response.json()["error"]["code"] == "upstream_protocol_error"
 
 
-async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
-    """A whole stream, message_stop included, on a body it never ends."""
-    if scope["type"] == "lifespan":
-        await _fake_upstream(_echo_the_key)(scope, receive, send)
-        return
-    await receive()
+def _whole_stream(text: str = "Hi") -> list[tuple[str, dict[str, Any]]]:
+    """The events of a complete one-block Messages stream."""
     message = {
         "id": "msg_1",
         "type": "message",
@@ -288,7 +284,7 @@ async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
         "stop_sequence": None,
         "usage": {"input_tokens": 3, "output_tokens": 1},
     }
-    events = [
+    return [
         ("message_start", {"type": "message_start", "message": message}),
         (
             "content_block_start",
@@ -303,7 +299,7 @@ async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
             {
                 "type": "content_block_delta",
                 "index": 0,
-                "delta": {"type": "text_delta", "text": "Hi"},
+                "delta": {"type": "text_delta", "text": text},
             },
         ),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
@@ -317,7 +313,148 @@ async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
-    sse = b"".join(f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events)
+
+
+def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
+    return b"".join(f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events)
+
+
+async def test_a_stream_answered_with_a_json_body_is_a_502_and_not_retried() -> None:
+    """A gateway that ignored "stream" generated (and billed) the answer once; retrying
+    would bill it again and still not give the client a stream."""
+    calls: list[bool] = []
+
+    def ignores_stream(body: dict[str, Any], headers: dict[bytes, bytes]) -> Answer:
+        calls.append(bool(body.get("stream")))
+        message = {**_whole_stream()[0][1]["message"], "content": [{"type": "text", "text": "x"}]}
+        return 200, b"application/json", json.dumps(message).encode()
+
+    async with (
+        _proxy_before(_fake_upstream(ignores_stream)) as url,
+        httpx2.AsyncClient() as http,
+    ):
+        response = await http.post(f"{url}/v1/chat/completions", json={**HELLO, "stream": True})
+        assert response.status_code == 502
+        error = response.json()["error"]
+        assert error["code"] == "upstream_protocol_error"
+        assert "application/json" in error["message"]
+        assert calls == [True]
+
+
+async def test_events_a_stream_does_not_use_are_skipped_whatever_their_data() -> None:
+    """Keep-alives and vendor events (ignored by the SSE rules and by Anthropic's SDK) must
+    not break a stream, even when their data is not JSON."""
+    events = _whole_stream("fine")
+    sse = (
+        b"event: ping\ndata:\n\n"
+        + _sse(events[:3])
+        + b"event: vendor_keepalive\ndata: keepalive\n\n"
+        + b"event: ping\ndata: [1, 2]\n\n"
+        + _sse(events[3:])
+    )
+
+    def with_extras(body: dict[str, Any], headers: dict[bytes, bytes]) -> Answer:
+        return 200, b"text/event-stream", sse
+
+    async with _proxy_before(_fake_upstream(with_extras)) as url, httpx2.AsyncClient() as http:
+        response = await http.post(f"{url}/v1/chat/completions", json={**HELLO, "stream": True})
+        assert response.status_code == 200
+        lines = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        assert lines[-1] == "[DONE]"
+        chunks = [json.loads(line) for line in lines[:-1]]
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "fine"
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_upstream_bodies_are_read_only_as_far_as_they_can_be_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runaway error page or answer must not fill the proxy's memory: an error is read up
+    to its first 64 KiB (enough for any JSON message), an answer up to MAX_REPLY_BYTES."""
+    monkeypatch.setattr("trio_batcher.upstream.MAX_REPLY_BYTES", 10_000)
+    padded = {"type": "error", "error": {"type": "api_error", "message": "x" * 70_000}}
+    message = {**_whole_stream()[0][1]["message"], "content": [{"type": "text", "text": "y"}]}
+
+    def oversized(body: dict[str, Any], headers: dict[bytes, bytes]) -> Answer:
+        text = json.dumps(body["messages"])
+        if "error" in text:
+            return 400, b"application/json", json.dumps(padded).encode()
+        message["content"][0]["text"] = "y" * (20_000 if "big" in text else 9_000)
+        return 200, b"application/json", json.dumps(message).encode()
+
+    async with (
+        _proxy_before(_fake_upstream(oversized)) as url,
+        httpx2.AsyncClient() as http,
+    ):
+        chat = f"{url}/v1/chat/completions"
+
+        async def ask(text: str) -> httpx2.Response:
+            return await http.post(
+                chat, json={**HELLO, "messages": [{"role": "user", "content": text}]}
+            )
+
+        error = (await ask("error")).json()["error"]
+        assert error["message"] == "The upstream returned HTTP 400."  # cut, so not parsed
+        too_big = await ask("big")
+        assert too_big.status_code == 502
+        assert too_big.json()["error"]["code"] == "upstream_protocol_error"
+        assert (await ask("small")).status_code == 200  # just under the cap: fine
+
+
+async def test_an_event_stream_too_large_to_buffer_is_a_502_or_an_error_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trio_batcher.sse import SSEDecoder
+
+    monkeypatch.setattr(
+        "trio_batcher.upstream.SSEDecoder", partial(SSEDecoder, max_event_bytes=1000)
+    )
+    endless_line = b"data: " + b"x" * 5000
+    content_seen = trio.Event()
+
+    async def runaway(scope: Any, receive: Any, send: Any) -> None:
+        """Before content: a line too long to buffer. After: the same, once the client has
+        the first token (so the two parts cannot arrive in one read)."""
+        if scope["type"] == "lifespan":
+            await _fake_upstream(_echo_the_key)(scope, receive, send)
+            return
+        late = b"late" in (await receive())["body"]
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if late:
+            await send(
+                {"type": "http.response.body", "body": _sse(_whole_stream()[:3]), "more_body": True}
+            )
+            await content_seen.wait()
+        await send({"type": "http.response.body", "body": endless_line})
+
+    async with _proxy_before(runaway) as url, httpx2.AsyncClient() as http:
+        chat = f"{url}/v1/chat/completions"
+        early = await http.post(chat, json={**HELLO, "stream": True})
+        assert early.status_code == 502
+        assert early.json()["error"]["code"] == "upstream_protocol_error"
+        late_body = {**HELLO, "stream": True, "messages": [{"role": "user", "content": "late"}]}
+        async with http.stream("POST", chat, json=late_body) as late:
+            assert late.status_code == 200
+            data = [line async for line in _data_lines(late, content_seen)]
+        assert json.loads(data[-1])["error"]["code"] == "upstream_protocol_error"
+
+
+async def _data_lines(response: httpx2.Response, content_seen: trio.Event) -> AsyncIterator[str]:
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            if '"content":' in line:
+                content_seen.set()
+            yield line[6:]
+
+
+async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
+    """A whole stream, message_stop included, on a body it never ends."""
+    if scope["type"] == "lifespan":
+        await _fake_upstream(_echo_the_key)(scope, receive, send)
+        return
+    await receive()
+    sse = _sse(_whole_stream())
     headers = [(b"content-type", b"text/event-stream")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": sse, "more_body": True})
@@ -325,13 +462,18 @@ async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
         pass
 
 
-async def test_a_stream_is_whole_at_message_stop_even_if_the_upstream_lingers() -> None:
+async def test_a_stream_is_whole_at_message_stop_even_if_the_upstream_lingers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client's stream ends at message_stop. Reading the upstream body's end (for
+    connection reuse) goes on without it, however long it is allowed to take."""
+    monkeypatch.setattr("trio_batcher.chat._LINGER_AFTER_STOP_S", 2.5)
     async with (
         _proxy_before(_lingering_upstream) as url,
         httpx2.AsyncClient(timeout=30) as http,
     ):
         body = {**HELLO, "stream": True}
-        with trio.fail_after(5):  # not REQUEST_TIMEOUT_S (600 s): at most a second's wait
+        with trio.fail_after(1.5):  # neither REQUEST_TIMEOUT_S (600 s) nor the 2.5 s linger
             async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
                 text = (await response.aread()).decode()
         assert text.rstrip().endswith("data: [DONE]")

@@ -168,6 +168,28 @@ def test_retry_after_replaces_the_jitter_and_is_capped() -> None:
     assert retry_delay(classify(overloaded(61.0)), 0, config, _no_jitter) is None
 
 
+def test_the_upstreams_x_should_retry_overrides_the_status() -> None:
+    """Anthropic says per answer whether a retry can help; its SDKs obey, and so do we."""
+    config = ResilienceConfig()
+
+    def with_verdict(error: ProxyError, verdict: str) -> ProxyError:
+        error.headers["x-should-retry"] = verdict
+        return error
+
+    assert (
+        retry_delay(classify(with_verdict(server_error(500), "false")), 0, config, _no_jitter)
+        is None
+    )
+    assert (
+        retry_delay(classify(with_verdict(overloaded(1.0), "false")), 0, config, _no_jitter) is None
+    )
+    assert retry_delay(classify(with_verdict(rejected(409), "true")), 0, config, lambda: 1.0) == 0.5
+    assert (
+        retry_delay(classify(with_verdict(server_error(500), "maybe")), 0, config, lambda: 1.0)
+        == 0.5
+    )
+
+
 # -- the retry loop -------------------------------------------------------------------------
 
 
@@ -923,3 +945,18 @@ async def test_cancelling_a_stream_attempt_closes_the_stream(
     with trio.move_on_after(1.0):
         await open_with_resilience(upstream, Resilience())
     assert stream.closed
+
+
+async def test_an_attempt_cut_off_by_the_deadline_counts_as_a_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A stalled upstream shows in the statistics (and to the adaptive limit); a client
+    that leaves earlier says nothing about the upstream and is not counted."""
+    ctx = Resilience(rng=_no_jitter)
+    with trio.move_on_at(5.0):
+        await call(FakeUpstream([Step(duration=60.0)]), ctx, deadline=5.0)
+    with trio.move_on_at(trio.current_time() + 1.0):  # the client left after 1 s
+        await call(FakeUpstream([Step(duration=60.0)]), ctx, deadline=trio.current_time() + 5.0)
+    stats = ctx.statistics()
+    assert stats.failures_by_signal["timeout"] == 1
+    assert stats.attempts == 2

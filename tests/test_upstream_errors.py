@@ -235,6 +235,42 @@ ERRORS = [
         {"x-should-retry": "false"},
     ),
     (
+        "redirect_is_502_naming_its_target",
+        301,
+        b"<html>Moved</html>",
+        {"Location": "https://api.anthropic.com/v1/messages"},
+        502,
+        body(
+            "The upstream answered HTTP 301, which is not a Messages API answer (a redirect "
+            "to https://api.anthropic.com/v1/messages: check ANTHROPIC_BASE_URL).",
+            "upstream_error",
+            "upstream_protocol_error",
+        ),
+        {},
+    ),
+    (
+        "2xx_other_than_200_is_502",
+        204,
+        b"",
+        {},
+        502,
+        body(
+            "The upstream answered HTTP 204, which is not a Messages API answer.",
+            "upstream_error",
+            "upstream_protocol_error",
+        ),
+        {},
+    ),
+    (
+        "a_repeated_retry_after_is_read_as_its_first",
+        429,
+        anthropic_error("rate_limit_error", "slow"),
+        {"retry-after": "2, 2"},
+        429,
+        body("slow", "rate_limit_error", "rate_limit_error"),
+        {"retry-after": "2"},
+    ),
+    (
         "ratelimit_headers_mapped",
         429,
         anthropic_error("rate_limit_error", "slow"),
@@ -371,3 +407,17 @@ def test_a_stream_error_events_type_stands_for_the_status_the_upstream_would_sen
     kind: object, status: int
 ) -> None:
     assert status_for_error_type(kind) == status
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "1, 1"}, 1.0),  # sent twice by a middlebox, joined
+        ({"retry-after-ms": "1500, 1500"}, 1.5),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date keeps its comma
+        ({"retry-after": "soon, later"}, None),
+    ],
+)
+def test_retry_after_survives_a_repeated_header(headers: dict[str, str], seconds: float) -> None:
+    error = upstream_error(429, anthropic_error("rate_limit_error", "slow"), headers)
+    assert error.retry_after == seconds

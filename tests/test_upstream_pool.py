@@ -41,7 +41,7 @@ def _body(text: str = "hello", *, stream: bool = False) -> bytes:
 async def _call(pool: UpstreamPool, text: str = "hello") -> dict[str, object]:
     response = await pool.request(b"POST", pool.url("/v1/messages"), HEADERS, _body(text))
     try:
-        raw = await response.read()
+        raw = await response.read(1 << 20)
     finally:
         await response.aclose()
     assert response.status_code == 200, raw
@@ -168,11 +168,95 @@ async def test_idle_connection_the_server_closed_is_replaced_not_used() -> None:
 async def _call_raw(pool: UpstreamPool) -> object:
     response = await pool.request(b"POST", pool.url("/x"), HEADERS, b"{}")
     try:
-        raw = await response.read()
+        raw = await response.read(1 << 20)
     finally:
         await response.aclose()
     assert response.headers["set-cookie"] == "a=1, b=2"
     return json.loads(raw)
+
+
+async def _scripted_server(
+    answer: Any, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Keep-alive HTTP/1.1; ``answer(connection, request)`` (both counted from 0) gives the
+    reply body, or None to close the connection without a word, as a server whose idle
+    timeout fired just as the request arrived does."""
+    connections = 0
+
+    async def handle(stream: trio.SocketStream) -> None:
+        nonlocal connections
+        connection, connections = connections, connections + 1
+        async with stream:
+            data = b""
+            for request in range(100):
+                while b"\r\n\r\n" not in data:
+                    data += await stream.receive_some(65536)
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += await stream.receive_some(65536)
+                data = data[length:]
+                reply = answer(connection, request)
+                if reply is None:
+                    return
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply)
+                )
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handle, listeners)
+
+
+async def _post(pool: UpstreamPool) -> bytes:
+    response = await pool.request(b"POST", pool.url("/x"), HEADERS, b"{}")
+    try:
+        return await response.read(1 << 20)
+    finally:
+        await response.aclose()
+
+
+async def test_a_reused_connection_closed_as_the_request_arrives_is_retried_at_once() -> None:
+    """The stale keep-alive race: the request goes again on a new connection, unseen by
+    the caller, and only once."""
+    seen: list[tuple[int, int]] = []
+
+    def answer(connection: int, request: int) -> bytes | None:
+        seen.append((connection, request))
+        return None if request == 1 else b'{"connection":%d}' % connection
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(_scripted_server, answer))
+        async with _pool(f"http://127.0.0.1:{port}") as pool:
+            assert await _post(pool) == b'{"connection":0}'
+            assert await _post(pool) == b'{"connection":1}'
+            assert seen == [(0, 0), (0, 1), (1, 0)]
+            assert (pool.stale_retries, pool.connections_opened) == (1, 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_new_connection_that_fails_is_not_retried_by_the_pool() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def answer(connection: int, request: int) -> bytes | None:
+        seen.append((connection, request))
+        return b"{}" if connection == 0 and request == 0 else None
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(_scripted_server, answer))
+        async with _pool(f"http://127.0.0.1:{port}") as pool:
+            assert await _post(pool) == b"{}"
+            # Reused and dead, then new and dead: one retry, then the error is the caller's.
+            with pytest.raises(httpcore2.RemoteProtocolError):
+                await _post(pool)
+            assert seen == [(0, 0), (0, 1), (1, 0)]
+            # A new connection that fails is the retry policy's business, not the pool's.
+            with pytest.raises(httpcore2.RemoteProtocolError):
+                await _post(pool)
+            assert seen[3:] == [(2, 0)]
+            assert pool.stale_retries == 1
+        nursery.cancel_scope.cancel()
 
 
 async def test_connection_refused_is_connect_error() -> None:
@@ -190,7 +274,7 @@ async def test_closed_pool_refuses_new_requests_and_closes_returning_connections
         pool = UpstreamPool(sim.url, connect_timeout=5.0)
         response = await pool.request(b"POST", pool.url("/v1/messages"), HEADERS, _body())
         await pool.aclose()
-        await response.read()
+        await response.read(1 << 20)
         await response.aclose()
         assert pool.idle_connections == 0
         with pytest.raises(httpcore2.ConnectError):

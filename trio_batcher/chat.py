@@ -459,6 +459,7 @@ class _StreamRelay:
         self._upstream_first_byte: float | None = None
         self._first_token_at: float | None = None
         self._deltas = 0
+        self._stopped = False  # message_stop relayed: the answer is whole
         self._closed = False
         self.status = CLIENT_CLOSED
 
@@ -469,10 +470,13 @@ class _StreamRelay:
         except trio.ClosedResourceError:
             raise _Expired from None
         except trio.EndOfChannel:
-            await self._ticket.wait()  # re-raises the job's ProxyError, if it failed
+            if not self._stopped:  # else the job is only reading the body's end: no waiting
+                await self._ticket.wait()  # re-raises the job's ProxyError, if it failed
             return None
 
     def _feed(self, name: str, data: Mapping[str, Any]) -> list[bytes]:
+        if _is_message_stop((name, data)):
+            self._stopped = True
         if name == _HEADERS_EVENT:
             self._upstream_headers: Mapping[str, str] = data["headers"]
             self._upstream_started = data["started_at"]
@@ -572,7 +576,10 @@ class _StreamRelay:
         if self._closed:
             return
         self._closed = True
-        self._ticket.cancel()
+        if not self._stopped:
+            # Stop the upstream call. A whole answer's job is left to finish reading the
+            # body's end (a second at most), which lets its connection be reused.
+            self._ticket.cancel()
         self._recv.close()
         self._slot.release()
         metrics = self._pipeline._metrics

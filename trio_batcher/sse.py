@@ -53,7 +53,10 @@ class SSEDecoder:
     def __init__(self, *, max_event_bytes: int = _DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max = max_event_bytes
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._line = ""  # text after the last complete line ending
+        # Text after the last complete line ending, in the pieces it arrived in: joined only
+        # when its line ends, so a long line arriving in many reads costs linear time.
+        self._line: list[str] = []
+        self._line_size = 0
         self._skip_lf = False  # the last piece ended in "\r": a leading "\n" completes it
         self._at_start = True  # a byte-order mark is only stripped at the very start
         self._event = ""
@@ -82,8 +85,12 @@ class SSEDecoder:
             if cr < 0 and lf < 0:
                 break
             end = lf if cr < 0 or 0 <= lf < cr else cr
-            line = self._line + text[start:end] if self._line else text[start:end]
-            self._line = ""
+            if self._line:
+                line = "".join(self._line) + text[start:end]
+                self._line = []
+                self._line_size = 0
+            else:
+                line = text[start:end]
             start = end + 1
             if text[end] == "\r":
                 if start == len(text):
@@ -93,9 +100,11 @@ class SSEDecoder:
             event = self._interpret(line)
             if event is not None:
                 events.append(event)
-        self._line += text[start:]
-        if len(self._line) + self._data_size > self._max:
-            raise SSEError(f"an event stream line exceeded {self._max} characters")
+        if start < len(text):
+            self._line.append(text[start:])
+            self._line_size += len(text) - start
+            if self._line_size + self._data_size > self._max:
+                raise SSEError(f"an event stream line exceeded {self._max} characters")
         return events
 
     def _interpret(self, line: str) -> SSEEvent | None:

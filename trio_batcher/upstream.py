@@ -27,11 +27,16 @@ import trio
 
 from .errors import ProxyError
 from .settings import Settings
-from .sse import SSEDecoder
+from .sse import SSEDecoder, SSEError
 from .translation import upstream_error
 from .upstream_pool import PooledResponse, UpstreamPool
 
 _CONNECT_TIMEOUT_S: Final = 10.0
+# How much of an upstream body is read. A Messages reply is at most a few MB (128K output
+# tokens); an error needs only its JSON message, so an HTML page or a runaway error body
+# is cut short instead of filling memory.
+MAX_REPLY_BYTES: Final = 32 * 1024 * 1024
+MAX_ERROR_BYTES: Final = 64 * 1024
 _REDACTED: Final = "[redacted]"
 # Anthropic pages its model list (at most 1000 a page); this many pages is plenty.
 _MAX_MODEL_PAGES: Final = 10
@@ -89,7 +94,15 @@ class UpstreamStream:
                         data = event.data
                         if self._secret and self._secret in data:
                             data = data.replace(self._secret, _REDACTED)
-                        yield event.event, _decode_event(event.event, data)
+                        decoded = _decode_event(event.event, data)
+                        if decoded is not None:
+                            yield event.event, decoded
+        except SSEError as exc:
+            raise ProxyError(
+                502,
+                f"The upstream sent an unusable event stream: {exc}.",
+                code="upstream_protocol_error",
+            ) from None
         except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream stopped sending mid-stream.", code="upstream_timeout"
@@ -105,16 +118,38 @@ class UpstreamStream:
         await self._response.aclose()
 
 
-def _decode_event(name: str, data: str) -> dict[str, Any]:
+# The events a Messages stream is made of; any other name is a vendor's or a future
+# addition, which the SSE rules (and WIRE.md) say to ignore.
+_MESSAGE_EVENTS: Final = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "error",
+        "message",  # unnamed: the type is in the data
+    }
+)
+
+
+def _decode_event(name: str, data: str) -> dict[str, Any] | None:
+    """The event's JSON object; None for an event to skip (``ping``, keep-alives, vendor
+    extensions), which must not break a stream however its data looks."""
     try:
         decoded = json.loads(data)
     except ValueError:
+        if name not in _MESSAGE_EVENTS:
+            return None
         raise ProxyError(
             502,
             f"The upstream sent a malformed {name or 'message'} event.",
             code="upstream_protocol_error",
         ) from None
     if not isinstance(decoded, dict):
+        if name not in _MESSAGE_EVENTS:
+            return None
         raise ProxyError(
             502, "The upstream sent a non-object event.", code="upstream_protocol_error"
         )
@@ -164,6 +199,21 @@ class UpstreamClient:
         response = await self._send(body)
         if response.status_code != 200:
             await self._body_of_200(response)  # raises the upstream's error
+        content_type = response.headers.get("content-type") or ""
+        encoding = (response.headers.get("content-encoding") or "identity").strip().lower()
+        if not content_type.lower().startswith("text/event-stream") or encoding != "identity":
+            # A gateway that ignored "stream", a login page, a compressed stream: the answer
+            # was generated (and billed) but cannot be relayed, and a retry would only be
+            # billed again, so this is a protocol error, not a connection error.
+            await response.aclose()
+            what = content_type or "no Content-Type"
+            if encoding != "identity":
+                what += f", Content-Encoding {encoding}"
+            raise ProxyError(
+                502,
+                f"The upstream answered a streaming request with {what}, not an event stream.",
+                code="upstream_protocol_error",
+            )
         return UpstreamStream(response, started, trio.current_time(), self._secret)
 
     async def list_models(self) -> list[dict[str, Any]]:
@@ -195,12 +245,20 @@ class UpstreamClient:
         """Read and close ``response``; its body if it is a 200, else raise its error --
         minus our key should the upstream have echoed it (some proxies and misconfigured
         upstreams do), since the error's message goes to the client as it is."""
+        ok = response.status_code == 200
         try:
-            raw = await _read(response)
+            raw = await _read(response, MAX_REPLY_BYTES if ok else MAX_ERROR_BYTES)
         finally:
             await response.aclose()
-        if response.status_code == 200:
+        if ok:
+            if len(raw) > MAX_REPLY_BYTES:
+                raise ProxyError(
+                    502,
+                    f"The upstream's answer is larger than {MAX_REPLY_BYTES} bytes.",
+                    code="upstream_protocol_error",
+                )
             return raw
+        raw = raw[:MAX_ERROR_BYTES]
         if self._secret:
             raw = raw.replace(self._secret.encode(), _REDACTED.encode())
         raise upstream_error(response.status_code, raw, response.headers)
@@ -233,9 +291,9 @@ _TRANSPORT_ERRORS: Final = (
 )
 
 
-async def _read(response: PooledResponse) -> bytes:
+async def _read(response: PooledResponse, limit: int) -> bytes:
     try:
-        return await response.read()
+        return await response.read(limit)
     except httpcore2.TimeoutException:
         raise ProxyError(
             504, "The upstream did not finish its answer in time.", code="upstream_timeout"

@@ -16,7 +16,10 @@ pops the most recently used connection, checks only that one (``has_expired``: i
 keep-alive time, or a readable socket, which on an idle HTTP/1.1 connection can only mean
 the server closed it), and opens a new connection when the stack is empty. httpcore2's own
 pool instead re-examines every pooled connection on every request and again on every
-response close, which is the bookkeeping it spends its time on.
+response close, which is the bookkeeping it spends its time on. The check cannot see a
+close still on its way (the upstream's idle timeout firing as we reuse the connection): a
+reused connection that fails before any byte of the response is replaced by a new one and
+the request sent again, once, at once.
 
 Bytes move through ``_TrioNetworkStream``, a network backend for httpcore2 (its documented
 extension point) that differs from httpcore2's own trio backend in one way: a read or write
@@ -48,6 +51,9 @@ import httpcore2
 import trio
 
 _KEEPALIVE_EXPIRY_S: Final = 30.0
+# How a kept-alive connection that the server had closed fails when a request is sent on it:
+# "server disconnected without sending a response", or a reset on the write or the read.
+_STALE_ERRORS: Final = (httpcore2.RemoteProtocolError, httpcore2.ReadError, httpcore2.WriteError)
 
 
 @final
@@ -216,10 +222,19 @@ class PooledResponse:
                 with trio.CancelScope(shield=True):
                     await aclose()
 
-    async def read(self) -> bytes:
-        """The whole body. Raises httpcore2's errors."""
+    async def read(self, limit: int) -> bytes:
+        """The body, or its first bytes once it passes ``limit``: then more than ``limit``
+        bytes come back and the rest is never read (``aclose`` drops the connection).
+        Raises httpcore2's errors."""
+        parts: list[bytes] = []
+        size = 0
         async with aclosing(self.aiter_raw()) as chunks:
-            return b"".join([chunk async for chunk in chunks])
+            async for chunk in chunks:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    break
+        return b"".join(parts)
 
     async def aclose(self) -> None:
         """Release the connection: back to the pool if the body was read to its end,
@@ -279,6 +294,7 @@ class UpstreamPool:
         self._idle: list[httpcore2.AsyncHTTPConnection] = []
         self._closed = False
         self.connections_opened = 0
+        self.stale_retries = 0  # requests sent again after a reused connection turned out dead
 
     def url(self, path: str) -> httpcore2.URL:
         """The absolute URL of ``path`` (which starts with ``/``) under the base URL."""
@@ -303,7 +319,6 @@ class UpstreamPool:
         """
         if self._closed:
             raise httpcore2.ConnectError("the upstream pool is closed")
-        conn = await self._acquire()
         all_headers = [
             (b"host", self._host_header),
             *headers,
@@ -316,22 +331,42 @@ class UpstreamPool:
             content=content,
             extensions={"timeout": self._timeouts},
         )
-        try:
-            raw = await conn.handle_async_request(request)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
-            raise
-        return PooledResponse(self, conn, raw)
+        conn, reused = await self._acquire()
+        while True:
+            try:
+                raw = await conn.handle_async_request(request)
+            except _STALE_ERRORS:
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
+                if not reused:
+                    raise
+                # A kept-alive connection that failed before any byte of an answer: all but
+                # always one the upstream closed (its idle timeout) just as we reused it,
+                # so the request was never read. It goes again, at once, on a new
+                # connection -- not through the retry policy, which would wait, count it
+                # against the retry budget and read it as an upstream failure.
+                self.stale_retries += 1
+                conn, reused = self._connect(), False
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
+                raise
+            else:
+                return PooledResponse(self, conn, raw)
 
-    async def _acquire(self) -> httpcore2.AsyncHTTPConnection:
+    async def _acquire(self) -> tuple[httpcore2.AsyncHTTPConnection, bool]:
+        """The most recently used idle connection that still looks alive (and True), or a
+        new one (and False). Dead ones found on the way are closed."""
         idle = self._idle
         while idle:
             conn = idle.pop()
             if conn.is_available() and not conn.has_expired():
-                return conn
+                return conn, True
             with trio.CancelScope(shield=True):
                 await conn.aclose()
+        return self._connect(), False
+
+    def _connect(self) -> httpcore2.AsyncHTTPConnection:
         self.connections_opened += 1
         return httpcore2.AsyncHTTPConnection(
             self._origin,

@@ -49,7 +49,7 @@ def floor_app(upstream: str) -> Any:
         headers = [(k, v) for k, v in scope["headers"] if k in _PASS_HEADERS]
         response = await pool.request(b"POST", url, headers, body)
         try:
-            reply = await response.read()
+            reply = await response.read(1 << 30)
         finally:
             await response.aclose()
         await send(

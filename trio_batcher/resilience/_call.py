@@ -273,6 +273,13 @@ class Resilience:
             else:
                 self.adaptive.on_failure(epoch)
 
+    def _record_deadline(self, epoch: int) -> None:
+        """An attempt the request's deadline cut off: an upstream too slow to answer in
+        time counts as a timeout, for the statistics and the adaptive limit alike."""
+        self._failures["timeout"] += 1
+        if self.adaptive is not None:
+            self.adaptive.on_overload(epoch)
+
     def _plan_retry(
         self, failure: Failure, retries_done: int, deadline: float, model: str | None
     ) -> float | None:
@@ -330,6 +337,10 @@ async def call_with_resilience(
         epoch = ctx._start_attempt(first=retries == 0)
         try:
             result = await attempt()
+        except trio.Cancelled:
+            if trio.current_time() >= deadline:  # not a client that left: the upstream was slow
+                ctx._record_deadline(epoch)
+            raise
         except ProxyError as exc:
             failure = classify(exc)
             ctx._record_failure(exc, failure, epoch, model)

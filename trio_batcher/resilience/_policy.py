@@ -41,8 +41,16 @@ CLEAN: Final[frozenset[Signal]] = frozenset({"rejected"})
 @final
 @dataclass(frozen=True)
 class Failure:
+    """One failed attempt. ``should_retry`` is the upstream's own verdict
+    (``x-should-retry: true|false``, which Anthropic's SDKs obey), when it gave one."""
+
     signal: Signal
     retry_after: float | None
+    should_retry: bool | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.signal in RETRYABLE if self.should_retry is None else self.should_retry
 
 
 def classify(exc: ProxyError) -> Failure:
@@ -50,8 +58,9 @@ def classify(exc: ProxyError) -> Failure:
 
     ``upstream_timeout`` is the transport's connect timeout (10 s; reads and writes have none,
     the request's deadline bounds them): retryable, and the deadline check decides whether
-    another attempt fits. ``upstream_connection_error`` includes a kept-alive connection the
-    upstream closed just as it was reused, which a retry on a fresh connection fixes.
+    another attempt fits. ``upstream_connection_error`` is an upstream that could not be reached
+    or whose connection broke (a kept-alive connection closed just as it was reused never
+    gets here: the pool sends such a request again itself).
     """
     status = exc.upstream_status
     signal: Signal
@@ -69,7 +78,9 @@ def classify(exc: ProxyError) -> Failure:
         signal = "rejected"
     else:
         signal = "other"
-    return Failure(signal, exc.retry_after)
+    verdict = exc.headers.get("x-should-retry", "").strip().lower()
+    should_retry = {"true": True, "false": False}.get(verdict)
+    return Failure(signal, exc.retry_after, should_retry)
 
 
 def retry_delay(
@@ -78,10 +89,11 @@ def retry_delay(
     """Seconds to wait before the next attempt, or ``None`` when the policy says stop.
 
     ``retry-after`` is honoured exactly when it is at most ``max_wait_s`` (longer: give up,
-    the caller would rather hear now). Without one the wait is full jitter:
+    the caller would rather hear now). The upstream's ``x-should-retry`` overrides the
+    signal's own verdict either way. Without ``retry-after`` the wait is full jitter:
     ``rng() * min(backoff_cap_s, backoff_base_s * 2**retries_done)``, ``rng`` in [0, 1).
     """
-    if failure.signal not in RETRYABLE or retries_done >= config.max_retries:
+    if not failure.retryable or retries_done >= config.max_retries:
         return None
     if failure.retry_after is not None:
         return failure.retry_after if failure.retry_after <= config.max_wait_s else None

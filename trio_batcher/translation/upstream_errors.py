@@ -17,6 +17,9 @@ Status policy (the table in docs/compatibility.md is generated from the same fac
   1 second), because 529 is not a status OpenAI clients know, and 503 + Retry-After makes
   every HTTP client back off and retry.
 - 504 stays 504; any other 5xx becomes 502.
+- Anything below 400 but a 200 (a redirect, a 204) is no answer at all: 502
+  ``upstream_protocol_error``, naming a redirect's target, which usually means a wrong
+  ``ANTHROPIC_BASE_URL``.
 """
 
 from __future__ import annotations
@@ -87,8 +90,8 @@ def status_for_error_type(kind: object) -> int:
 
 def client_status(upstream_status: int) -> int:
     """The status a client gets for an upstream error status (the policy above)."""
-    if upstream_status == 401:
-        return 502
+    if upstream_status == 401 or upstream_status < 400:
+        return 502  # our key was refused, or an answer that is no answer (a redirect...)
     if upstream_status < 500:
         return upstream_status
     if upstream_status in (503, 529):
@@ -160,6 +163,9 @@ def upstream_error(
     the Anthropic error type, ``type`` the same name (or a status-derived default).
     """
     upstream = _lower(headers)
+    for name in _FORWARDED_RETRY_HEADERS:
+        if name in upstream:
+            upstream[name] = _first_of_repeated(upstream[name])
     kind, message, body_request_id = _parse_error(body)
     ours = client_status(status)
     out_headers = ratelimit_headers(upstream)
@@ -181,6 +187,12 @@ def upstream_error(
     if status == 401:
         message = f"The upstream refused this gateway's API key (ANTHROPIC_API_KEY): {message}"
         error_type, code = "upstream_error", "upstream_authentication_error"
+    elif status < 400:
+        location = upstream.get("location")
+        message = f"The upstream answered HTTP {status}, which is not a Messages API answer" + (
+            f" (a redirect to {location}: check ANTHROPIC_BASE_URL)." if location else "."
+        )
+        error_type, code = "upstream_error", "upstream_protocol_error"
     elif status == 404 and kind == "not_found_error" and message.startswith("model:"):
         model = message.partition(":")[2].strip()
         message = f"The model '{model}' does not exist or the upstream key cannot use it."
@@ -197,11 +209,25 @@ def upstream_error(
     )
 
 
+def _first_of_repeated(value: str) -> str:
+    """A number header some middlebox sent twice arrives joined (``"1, 1"``): its first.
+    An HTTP date has a comma of its own, so only a leading number is split off."""
+    first, comma, _ = value.partition(",")
+    if comma:
+        try:
+            float(first)
+        except ValueError:
+            return value
+        return first.strip()
+    return value
+
+
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait from ``retry-after-ms`` (preferred) or ``retry-after`` (seconds or an
     HTTP date); ``None`` when absent or unreadable. Header names must be lower case."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms is not None:
+        raw_ms = _first_of_repeated(raw_ms)
         try:
             value = float(raw_ms) / 1000.0
         except ValueError:
@@ -211,6 +237,7 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     raw = headers.get("retry-after")
     if raw is None:
         return None
+    raw = _first_of_repeated(raw)
     try:
         seconds = float(raw)
     except ValueError:
