@@ -19,6 +19,7 @@ from trio_batcher.models import (
     ModelCatalogue,
     find_model,
     from_anthropic,
+    list_models,
 )
 from trio_batcher.simulator import SimulatorConfig
 from trio_batcher.simulator.models import CATALOGUE
@@ -45,6 +46,27 @@ def test_dated_ids_are_listed_after_their_alias_once() -> None:
         ("claude-haiku-4-5-20251101", 1761955200),
         ("claude-odd", 0),
     )
+
+
+def test_the_default_model_comes_first_with_its_dated_ids() -> None:
+    listed = from_anthropic(
+        [
+            _info("claude-sonnet-5"),
+            _info("claude-haiku-4-5-20251001"),
+            _info("claude-sonnet-4-5-20250929"),
+        ]
+    )
+    ids = [m["id"] for m in list_models("claude-sonnet-4-5", listed)["data"]]
+    assert ids == [
+        "claude-sonnet-4-5",
+        "claude-sonnet-4-5-20250929",
+        "claude-sonnet-5",
+        "claude-haiku-4-5",
+        "claude-haiku-4-5-20251001",
+    ]
+    # A default named by its dated id comes first alone; its alias keeps its place.
+    ids = [m["id"] for m in list_models("claude-haiku-4-5-20251001", listed)["data"]]
+    assert ids[:3] == ["claude-haiku-4-5-20251001", "claude-sonnet-5", "claude-haiku-4-5"]
 
 
 def test_find_model_knows_dated_forms_and_the_default_alias() -> None:

@@ -61,6 +61,8 @@ BAD_VALUES = [
     ("ANTHROPIC_BASE_URL", "ftp://example.com", "http(s) URL"),
     ("ANTHROPIC_BASE_URL", "http://example.com:99999", "not a valid URL"),
     ("ANTHROPIC_VERSION", "2024-01-01", "expected one of"),
+    ("DEFAULT_MODEL", "", "must name a model"),
+    ("DEFAULT_MODEL", "claude sonnet", "no spaces"),
     ("MAX_BODY_BYTES", "0", "must be >= 1"),
     ("PRICING_FILE", "/nonexistent/prices.json", "no such file"),
     ("ANTHROPIC_API_KEY", "sk-ant-\u00e9t\u00e9", "printable ASCII"),

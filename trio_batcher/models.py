@@ -74,10 +74,18 @@ def from_anthropic(infos: Sequence[Mapping[str, Any]]) -> tuple[Model, ...]:
 
 
 def list_models(default_model: str, models: Sequence[Model] = KNOWN_MODELS) -> dict[str, Any]:
-    """OpenAI's list shape, ``DEFAULT_MODEL`` first (listed even if the upstream did not)."""
+    """OpenAI's list shape, ``DEFAULT_MODEL`` first (listed even if the upstream did not),
+    followed by its own dated ids, as every alias is."""
     created = dict(models)
+
+    def goes_first(mid: str) -> bool:
+        dated = _DATED.match(mid)
+        return mid == default_model or (dated is not None and dated.group(1) == default_model)
+
+    first = [(mid, when) for mid, when in models if goes_first(mid) and mid != default_model]
     data = [model_object(default_model, created.get(default_model, 0))]
-    data += [model_object(mid, when) for mid, when in models if mid != default_model]
+    data += [model_object(mid, when) for mid, when in first]
+    data += [model_object(mid, when) for mid, when in models if not goes_first(mid)]
     return {"object": "list", "data": data}
 
 

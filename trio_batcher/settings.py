@@ -38,8 +38,13 @@ class SettingsError(ValueError):
 # -- parsers: str -> value, raising ValueError with a short reason ---------------------------
 
 
-def _str(raw: str) -> str:
-    return raw.strip()
+def _model_name(raw: str) -> str:
+    value = raw.strip()
+    if not value:
+        raise ValueError("must name a model (e.g. claude-sonnet-4-5)")
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise ValueError("must be a model id: no spaces or control characters")
+    return value
 
 
 def _optional_str(raw: str) -> str | None:
@@ -224,7 +229,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
     SettingSpec(
         "DEFAULT_MODEL",
         "default_model",
-        _str,
+        _model_name,
         "claude-sonnet-4-5",
         'Model used when a request asks for model "default"; listed first by /v1/models.',
     ),
@@ -240,7 +245,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "request_timeout_s",
         _float(0, strict=True),
         600.0,
-        "Deadline for one request's upstream work, end to end; exceeding it answers 504.",
+        "Deadline for one request, from its arrival (queueing included); exceeding it answers 504.",
     ),
     SettingSpec(
         "BATCH_ENABLED",
@@ -381,7 +386,8 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "proxy_api_keys",
         _header_secrets,
         (),
-        "Comma-separated keys clients must send as 'Authorization: Bearer <key>'; empty = no auth.",
+        "Comma-separated keys clients must send ('Authorization: Bearer <key>', 'api-key' or "
+        "'x-api-key'); empty = no auth.",
         secret=True,
     ),
     SettingSpec(
