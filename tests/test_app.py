@@ -504,3 +504,26 @@ async def test_upstream_key_is_never_echoed_or_logged(caplog: pytest.LogCaptureF
             ok = await http.post(f"{url}/v1/chat/completions", json={**HELLO, "messages": "bad"})
             assert SIM_KEY not in ok.text
     assert SIM_KEY not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "settings", "param", "starts"),
+    [
+        ({"max_completion_tokens": 10**6}, {}, "max_completion_tokens", "max_completion_tokens: "),
+        ({"max_tokens": 10**6}, {}, "max_tokens", "max_tokens: "),
+        ({}, {"default_max_tokens": 10**6}, "max_completion_tokens", "max_tokens: "),
+    ],
+    ids=["max_completion_tokens", "max_tokens", "the_gateways_default"],
+)
+async def test_an_output_cap_past_the_models_limit_names_the_clients_field(
+    fields: dict[str, Any], settings: dict[str, Any], param: str, starts: str
+) -> None:
+    async with proxy_and_simulator(**settings) as (url, _), httpx2.AsyncClient() as http:
+        for stream in (False, True):
+            body = {**HELLO, **fields, "stream": stream}
+            error = _assert_openai_error(
+                await http.post(f"{url}/v1/chat/completions", json=body), 400
+            )
+            assert error["param"] == param
+            assert error["message"].startswith(starts), error["message"]
+            assert ("DEFAULT_MAX_TOKENS" in error["message"]) == (not fields)

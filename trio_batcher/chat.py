@@ -158,12 +158,16 @@ class ChatPipeline:
             early.headers["Server-Timing"] = timing.server_timing_header()
             raise early
         slot = await self._admit(tr, arrived, deadline)
-        if tr.stream:
-            return await self._start_stream(tr, slot, arrived, deadline)
         try:
-            return await self._complete(tr, arrived, deadline)
-        finally:
-            slot.release()
+            if tr.stream:
+                return await self._start_stream(tr, slot, arrived, deadline)
+            try:
+                return await self._complete(tr, arrived, deadline)
+            finally:
+                slot.release()
+        except ProxyError as exc:
+            _name_the_cap(exc, tr)
+            raise
 
     async def _admit(self, tr: TranslatedRequest, arrived: float, deadline: float) -> Slot:
         try:
@@ -379,6 +383,26 @@ class ChatPipeline:
     def _record_error(self, model: str, status: int, timing: Timing, *, stream: bool) -> None:
         if self._metrics is not None:
             self._metrics.record_error(model, status, timing, stream=stream)
+
+
+def _name_the_cap(exc: ProxyError, tr: TranslatedRequest) -> None:
+    """Anthropic's "max_tokens: 200000 > 64000, which is the maximum..." names its own
+    field; say it in the client's terms, naming the field the client set (or the setting
+    the gateway filled in)."""
+    if exc.upstream_status != 400 or exc.param is not None:
+        return
+    if not exc.message.startswith("max_tokens:"):
+        return
+    if tr.cap_param is not None:
+        exc.param = tr.cap_param
+        exc.message = tr.cap_param + exc.message.removeprefix("max_tokens")
+    else:
+        exc.param = "max_completion_tokens"
+        exc.message += (
+            " The request set no max_completion_tokens, so the gateway sent its "
+            "DEFAULT_MAX_TOKENS (plus the thinking budget, if reasoning_effort asked for one); "
+            "set max_completion_tokens within the model's limit."
+        )
 
 
 def _is_message_stop(item: StreamItem) -> bool:

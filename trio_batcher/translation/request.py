@@ -128,6 +128,9 @@ class TranslatedRequest:
       stream: whether the client asked for SSE.
       include_usage: ``stream_options.include_usage``.
       ignored_params: OpenAI parameters dropped without error, in request order, unique.
+      cap_param: the client's field that became ``max_tokens`` (``max_completion_tokens``
+        or ``max_tokens``); None when the gateway's default was sent. An upstream error
+        about ``max_tokens`` is the client's to fix under that name.
     """
 
     body: dict[str, Any]
@@ -135,6 +138,7 @@ class TranslatedRequest:
     stream: bool
     include_usage: bool
     ignored_params: tuple[str, ...]
+    cap_param: str | None = None
 
     @property
     def upstream_model(self) -> str:
@@ -237,6 +241,13 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     }
     system = conversation.system
     cap = _max_tokens(payload, ignored)
+    cap_param = (
+        None
+        if cap is None
+        else "max_completion_tokens"
+        if _present(payload, "max_completion_tokens")
+        else "max_tokens"
+    )
 
     tools = _tools(payload.get("tools"))
     tool_choice = _tool_choice(payload, tools)
@@ -282,6 +293,7 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         stream=stream,
         include_usage=include_usage,
         ignored_params=tuple(in_request_order),
+        cap_param=cap_param,
     )
 
 
