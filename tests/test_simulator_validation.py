@@ -960,6 +960,11 @@ def test_structured_output_is_json_valid_for_the_schema() -> None:
         ({"type": "integer", "exclusiveMaximum": 5}, 4),
         ({"type": "number", "minimum": 0, "maximum": 1}, 0.5),
         ({"type": "number"}, 4.2),
+        ({"type": "string", "pattern": r"^SKU-\d{5}$"}, "SKU-00000"),
+        ({"type": "string", "pattern": r"^(EUR|USD) [1-9][0-9]*(\.\d{2})?$"}, "EUR 1"),
+        ({"type": "string", "pattern": r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$"}, "a@a.aa"),
+        ({"type": "string", "pattern": "value"}, "value value"),  # already matches
+        ({"type": "string", "pattern": r"^\p{L}+$"}, "value value"),  # beyond it: unchanged
         ({"type": "boolean"}, True),
         ({"type": "null"}, None),
         ({"type": ["null", "integer"]}, 42),

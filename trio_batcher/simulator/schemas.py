@@ -5,15 +5,22 @@ types), ``enum`` / ``const`` (first value), ``default``, ``anyOf`` / ``oneOf`` (
 branch), ``allOf`` (merged objects), local ``$ref`` (``#/$defs/...``, ``#/definitions/...``),
 objects (the ``required`` properties, or all properties when none are required),
 arrays (``minItems`` items, at least one, ``prefixItems``), strings (``format``,
-``minLength``, ``maxLength``), numbers and integers (within ``minimum`` / ``maximum``).
+``pattern``, ``minLength``, ``maxLength``), numbers and integers (within ``minimum`` /
+``maximum``).
 Pure: the value depends only on the schema and property names.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+# The regular-expression parser (``re._parser``, 3.11 on), to write an example a pattern
+# matches; untyped in the stubs, and internal, so anything unexpected falls back.
+_sre: Any = importlib.import_module("re._parser")
 
 MAX_DEPTH: Final = 8
 
@@ -159,6 +166,9 @@ def _array(schema: Mapping[str, Any], root: Mapping[str, Any], name: str, depth:
 def _string(schema: Mapping[str, Any], name: str) -> str:
     fmt = schema.get("format")
     text = _FORMATS.get(fmt, f"{name} value") if isinstance(fmt, str) else f"{name} value"
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and not _matches(pattern, text):
+        text = _example_of(pattern) or text
     low = schema.get("minLength")
     if isinstance(low, int) and len(text) < low:
         text = text + "x" * (low - len(text))
@@ -166,6 +176,74 @@ def _string(schema: Mapping[str, Any], name: str) -> str:
     if isinstance(high, int) and len(text) > high:
         text = text[:high]
     return text
+
+
+def _matches(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except (re.error, RecursionError):
+        return False
+
+
+def _example_of(pattern: str) -> str | None:
+    """A short string the pattern matches (as a model asked for it would write one), or
+    None for a pattern this small generator cannot satisfy."""
+    try:
+        text = "".join(_emit(_sre.parse(pattern), {}))
+    except (re.error, RecursionError, ValueError, TypeError):
+        return None
+    return text if _matches(pattern, text) else None
+
+
+def _emit(items: Any, groups: dict[int, str]) -> list[str]:
+    out: list[str] = []
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(arg))
+        elif name == "NOT_LITERAL":
+            out.append("a" if chr(arg) != "a" else "b")
+        elif name == "ANY":
+            out.append("a")
+        elif name == "IN":
+            out.append(_member(arg))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, _high, body = arg
+            out += _emit(body, groups) * max(low, 0)
+        elif name == "SUBPATTERN":
+            group, _add, _remove, body = arg
+            text = "".join(_emit(body, groups))
+            if group is not None:
+                groups[group] = text
+            out.append(text)
+        elif name == "BRANCH":
+            out += _emit(arg[1][0], groups)
+        elif name == "GROUPREF":
+            out.append(groups.get(arg, ""))
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue  # anchors and lookarounds consume nothing
+        else:
+            raise ValueError(name)
+    return out
+
+
+_CATEGORIES: Final = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " "}
+
+
+def _member(items: Any) -> str:
+    """A character in a class like ``[A-Z0-9_]`` (the first one it names)."""
+    if items and str(items[0][0]) == "NEGATE":
+        excluded = {chr(arg) for op, arg in items[1:] if str(op) == "LITERAL"}
+        return next(c for c in "aA0_-" if c not in excluded)
+    op, arg = items[0]
+    name = str(op)
+    if name == "LITERAL":
+        return chr(arg)
+    if name == "RANGE":
+        return chr(arg[0])
+    if name == "CATEGORY" and str(arg) in _CATEGORIES:
+        return _CATEGORIES[str(arg)]
+    raise ValueError(name)
 
 
 def _integer(schema: Mapping[str, Any]) -> int:
