@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from trio_batcher.errors import ProxyError
 from trio_batcher.simulator.validation import validate_messages_request
 from trio_batcher.translation import TranslatedRequest, TranslationOptions, translate_request
+from trio_batcher.translation.model_traits import CLASSIC, ModelTraits, traits_for
 from trio_batcher.translation.request import JSON_OBJECT_INSTRUCTION
 
 OPTS = TranslationOptions(
@@ -221,7 +222,58 @@ PARAMS = [
     (
         "response_format_json_schema_without_schema",
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
-        {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+        {"system": [{"type": "text", "text": JSON_OBJECT_INSTRUCTION}]},
+        (),
+    ),
+    (
+        "response_format_json_schema_of_any_object",
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "description": "d"}},
+            }
+        },
+        {"system": [{"type": "text", "text": JSON_OBJECT_INSTRUCTION}]},
+        (),
+    ),
+    (
+        "response_format_json_schema_in_the_compilable_subset",
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "person",
+                    "strict": False,
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                            "nick": {"type": ["string", "null"]},
+                        },
+                        "required": ["age"],
+                    },
+                },
+            }
+        },
+        {
+            "output_config": {
+                "format": {
+                    "type": "json_schema",
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "age": {
+                                "type": "integer",
+                                "description": '{"minimum": 0, "maximum": 150}',
+                            },
+                            "nick": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                        },
+                        "required": ["age"],
+                        "additionalProperties": False,
+                    },
+                }
+            }
+        },
         (),
     ),
     *[
@@ -337,7 +389,55 @@ TOOLS = [
     (
         "strict_forwarded",
         {"tools": [fn_tool("clock", strict=True)]},
-        {"tools": [{**A_CLOCK, "strict": True}]},
+        {
+            "tools": [
+                {
+                    **A_CLOCK,
+                    "input_schema": {**A_CLOCK["input_schema"], "additionalProperties": False},
+                    "strict": True,
+                }
+            ]
+        },
+    ),
+    (
+        "strict_tool_schema_in_the_compilable_subset",
+        {
+            "tools": [
+                fn_tool(
+                    "add",
+                    strict=True,
+                    parameters={
+                        "type": "object",
+                        "properties": {"n": {"type": "number", "exclusiveMinimum": 0}},
+                        "required": ["n"],
+                    },
+                ),
+                fn_tool(
+                    "loose",
+                    parameters={"type": "object", "properties": {"n": {"minimum": 1}}},
+                ),
+            ]
+        },
+        {
+            "tools": [
+                {
+                    "name": "add",
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {
+                            "n": {"type": "number", "description": '{"exclusiveMinimum": 0}'}
+                        },
+                        "required": ["n"],
+                        "additionalProperties": False,
+                    },
+                    "strict": True,
+                },
+                {  # not strict: any JSON Schema goes, as the client wrote it
+                    "name": "loose",
+                    "input_schema": {"type": "object", "properties": {"n": {"minimum": 1}}},
+                },
+            ]
+        },
     ),
     (
         "empty_description_omitted",
@@ -1574,3 +1674,123 @@ def test_any_field_with_a_wrong_value_is_a_400_or_a_body_anthropic_accepts(versi
                 assert exc.status == 400, (path, wrong, exc.message)
                 continue
             validate_messages_request(result.body, api_version=version)
+
+
+# -- what each model accepts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "traits"),
+    [
+        ("claude-sonnet-4-5", CLASSIC),
+        ("claude-sonnet-4-5-20250929", CLASSIC),
+        ("claude-opus-4-20250514", CLASSIC),
+        ("claude-3-7-sonnet-latest", CLASSIC),
+        ("gpt-4o", CLASSIC),
+        ("claude-haiku-4-5", CLASSIC),
+        (
+            "claude-sonnet-4-6",
+            ModelTraits(
+                prefill=False, adaptive_thinking=True, efforts=frozenset({"low", "medium", "high"})
+            ),
+        ),
+        (
+            "claude-opus-4-6-20260205",
+            ModelTraits(
+                prefill=False,
+                adaptive_thinking=True,
+                efforts=frozenset({"low", "medium", "high", "max"}),
+            ),
+        ),
+        ("claude-haiku-4-6", ModelTraits(prefill=False)),  # no adaptive thinking below Opus/Sonnet
+        *[
+            (
+                model,
+                ModelTraits(
+                    prefill=False,
+                    adaptive_thinking=True,
+                    sampling=False,
+                    efforts=frozenset({"low", "medium", "high", "xhigh", "max"}),
+                ),
+            )
+            for model in (
+                "claude-opus-4-8",
+                "claude-opus-4-9",
+                "claude-sonnet-5",
+                "claude-haiku-5-1",
+            )
+        ],
+    ],
+)
+def test_model_traits_follow_the_generation(model: str, traits: ModelTraits) -> None:
+    assert traits_for(model) == traits
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "thinking", "output_config", "max_tokens"),
+    [
+        ("claude-opus-4-8", "high", {"type": "adaptive"}, {"effort": "high"}, 1000 + 16384),
+        ("claude-sonnet-5", "xhigh", {"type": "adaptive"}, {"effort": "xhigh"}, 1000 + 32768),
+        ("claude-opus-4-6", "xhigh", {"type": "adaptive"}, {"effort": "max"}, 1000 + 32768),
+        ("claude-sonnet-4-6", "max", {"type": "adaptive"}, {"effort": "high"}, 1000 + 49152),
+        ("claude-haiku-4-5", "high", {"type": "enabled", "budget_tokens": 16384}, None, 17384),
+        (
+            "claude-opus-4-5-20251101",
+            "low",
+            {"type": "enabled", "budget_tokens": 1024},
+            None,
+            2024,
+        ),
+    ],
+)
+def test_reasoning_effort_is_adaptive_thinking_where_the_model_thinks_adaptively(
+    model: str,
+    effort: str,
+    thinking: dict[str, Any],
+    output_config: dict[str, Any] | None,
+    max_tokens: int,
+) -> None:
+    body = translate(request(model=model, reasoning_effort=effort)).body
+    assert body["thinking"] == thinking
+    assert body.get("output_config") == output_config
+    assert body["max_tokens"] == max_tokens
+
+
+def test_adaptive_effort_sits_beside_a_structured_output_format() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    body = translate(
+        request(model="claude-opus-4-8", reasoning_effort="low", response_format=fmt)
+    ).body
+    assert body["output_config"]["effort"] == "low"
+    assert body["output_config"]["format"]["schema"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("model", "sent"),
+    [
+        ("claude-sonnet-4-6", True),
+        ("claude-opus-4-6", True),
+        ("claude-opus-4-7", False),
+        ("claude-opus-4-8-20260615", False),
+        ("claude-sonnet-5", False),
+    ],
+)
+def test_sampling_parameters_go_only_to_models_that_take_them(model: str, sent: bool) -> None:
+    result = translate(request(model=model, temperature=0.2, top_k=5))
+    assert ("temperature" in result.body) == sent
+    assert ("top_k" in result.body) == sent
+    assert result.ignored_params == (() if sent else ("temperature", "top_k"))
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-6", "claude-opus-4-8", "claude-sonnet-5"])
+def test_a_prefill_to_a_model_that_takes_none_is_a_400_naming_the_message(model: str) -> None:
+    with pytest.raises(ProxyError) as info:
+        translate_request(
+            request(model=model, messages=[HI, assistant("Sure"), system("late")]), OPTS
+        )
+    assert (info.value.status, info.value.param) == (400, "messages[1]")
+    assert "end it with a user message" in info.value.message
+    # Older models still continue a prefill.
+    body = translate(request(model="claude-sonnet-4-5", messages=[HI, assistant("Sure")])).body
+    assert body["messages"][-1] == {"role": "assistant", "content": [text("Sure")]}

@@ -235,6 +235,24 @@ ERRORS = [
         {"x-should-retry": "false"},
     ),
     (
+        "prompt_too_long_is_context_length_exceeded",
+        400,
+        anthropic_error(
+            "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"
+        ),
+        {},
+        400,
+        {
+            "error": {
+                "message": "prompt is too long: 250000 tokens > 200000 maximum",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+        {},
+    ),
+    (
         "redirect_is_502_naming_its_target",
         301,
         b"<html>Moved</html>",

@@ -251,6 +251,13 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         headers: dict[str, str] = {}
         if status == 404:
             message = f"Unknown route: {request.method} {request.path}."
+            other_api = _OTHER_OPENAI_APIS.get(request.path.rstrip("/"))
+            if other_api is not None:
+                message += (
+                    f" This gateway serves OpenAI's Chat Completions API, not the {other_api}: "
+                    "point the client at POST /v1/chat/completions (with the Vercel AI SDK, "
+                    "openai.chat(model) or @ai-sdk/openai-compatible)."
+                )
         elif status == 405:
             allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
             message = f"Method {request.method} is not allowed on {request.path}."
@@ -374,6 +381,15 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         return response
 
     return app
+
+
+# OpenAI APIs a client may try by default; their 404 says where to go instead.
+_OTHER_OPENAI_APIS: Final = {
+    "/v1/responses": "Responses API",
+    "/v1/completions": "legacy Completions API",
+    "/v1/embeddings": "Embeddings API",
+    "/v1/assistants": "Assistants API",
+}
 
 
 def _visuals_root() -> Path | None:

@@ -29,6 +29,8 @@ from typing import Any, Final
 from ..errors import invalid_request
 from ._content import cache_control
 from ._messages import convert_messages
+from .model_traits import ModelTraits, traits_for
+from .strict_schema import strict_schema
 
 __all__ = ["TranslatedRequest", "TranslationOptions", "translate_request"]
 
@@ -239,6 +241,7 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         "max_tokens": options.default_max_tokens,
         "messages": conversation.messages,
     }
+    _check_prefill(body, payload["messages"])
     system = conversation.system
     cap = _max_tokens(payload, ignored)
     cap_param = (
@@ -294,6 +297,24 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         include_usage=include_usage,
         ignored_params=tuple(in_request_order),
         cap_param=cap_param,
+    )
+
+
+def _check_prefill(body: Mapping[str, Any], messages: object) -> None:
+    """A conversation ending with an assistant turn is a prefill, which Claude models from
+    4.6 on refuse. Say so before sending, naming the message, rather than pass on a 400
+    that blames a field the client never wrote."""
+    if body["messages"][-1]["role"] != "assistant" or traits_for(body["model"]).prefill:
+        return
+    assistants = [
+        i
+        for i, m in enumerate(messages if isinstance(messages, list) else ())
+        if isinstance(m, Mapping) and m.get("role") == "assistant"
+    ]
+    raise invalid_request(
+        f"{body['model']} does not continue a conversation that ends with an assistant "
+        "message (Claude models from 4.6 on take no prefill); end it with a user message.",
+        param=f"messages[{assistants[-1]}]" if assistants else "messages",
     )
 
 
@@ -472,6 +493,8 @@ def _tools(value: object) -> list[dict[str, Any]]:
                     "function.strict must be a boolean.", param=f"{param}.function.strict"
                 )
             out["strict"] = strict
+            if strict:  # compiled into a grammar: only a subset of JSON Schema
+                out["input_schema"] = strict_schema(out["input_schema"])
         control = cache_control(tool, param)
         if control is not None:
             out["cache_control"] = control
@@ -597,19 +620,27 @@ def _response_format(payload: Mapping[str, Any], body: dict[str, Any]) -> list[d
                 param="response_format.json_schema.name",
             )
         schema = spec.get("schema")
-        if schema is None:
-            schema = {"type": "object"}
-        if not isinstance(schema, Mapping):
+        if schema is not None and not isinstance(schema, Mapping):
             raise invalid_request(
                 "response_format.json_schema.schema must be an object.",
                 param="response_format.json_schema.schema",
             )
-        body["output_config"] = {"format": {"type": "json_schema", "schema": dict(schema)}}
+        if schema is None or _any_object(schema):
+            # "Some JSON object" is no grammar (the subset would allow only {}): ask for one.
+            return [{"type": "text", "text": JSON_OBJECT_INSTRUCTION}]
+        # Always compiled into a grammar, strict or not: only a subset of JSON Schema.
+        body["output_config"] = {"format": {"type": "json_schema", "schema": strict_schema(schema)}}
         return []
     raise invalid_request(
         'response_format.type must be "text", "json_object" or "json_schema".',
         param="response_format.type",
     )
+
+
+def _any_object(schema: Mapping[str, Any]) -> bool:
+    """A schema that says only "an object" (no properties, no branches)."""
+    shaping = ("properties", "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "items")
+    return schema.get("type", "object") == "object" and not any(k in schema for k in shaping)
 
 
 def _thinking(
@@ -621,7 +652,10 @@ def _thinking(
 ) -> dict[str, Any] | None:
     """Extended thinking for ``reasoning_effort``, and the ``max_tokens`` that goes with it.
 
-    OpenAI's ``max_completion_tokens`` includes reasoning tokens, exactly like Anthropic's
+    Models that think adaptively (``model_traits``) get ``{type: adaptive}`` with the effort
+    as ``output_config.effort`` (an effort the model lacks becomes the nearest one below:
+    ``xhigh`` → ``max`` → ``high``), and ``max_tokens`` as below; older models get a fixed
+    budget. OpenAI's ``max_completion_tokens`` includes reasoning tokens, exactly like Anthropic's
     ``max_tokens``, so a client's cap is kept and the budget shrinks to fit under it
     (``budget < max_tokens`` is Anthropic's rule); below the 1024-token minimum there is no
     room to think and thinking is left off. Without a client cap the budget comes on top of
@@ -641,14 +675,30 @@ def _thinking(
             param="reasoning_effort",
         )
     budget = THINKING_BUDGETS[effort]
-    if cap is not None:
+    traits = traits_for(body["model"])
+    if cap is not None and not traits.adaptive_thinking:
         budget = min(budget, cap - 1)
     forced_tool = body.get("tool_choice", {}).get("type") in ("any", "tool")
     if budget < MIN_THINKING_BUDGET or forced_tool or not _can_think(body["messages"]):
         ignored.add("reasoning_effort")
         return None
+    # Without a client cap, the budget is headroom on top of the default, adaptive or not.
     body["max_tokens"] = cap if cap is not None else options.default_max_tokens + budget
+    if traits.adaptive_thinking:
+        body.setdefault("output_config", {})["effort"] = _effort(effort, traits)
+        return {"type": "adaptive"}
     return {"type": "enabled", "budget_tokens": budget}
+
+
+def _effort(effort: str, traits: ModelTraits) -> str:
+    """``reasoning_effort`` as an ``output_config.effort`` the model has."""
+    for candidate in (effort, *_EFFORTS_BELOW.get(effort, ())):
+        if candidate in traits.efforts:
+            return candidate
+    return "high"
+
+
+_EFFORTS_BELOW: Final[Mapping[str, tuple[str, ...]]] = {"xhigh": ("max", "high"), "max": ("high",)}
 
 
 def _can_think(messages: list[dict[str, Any]]) -> bool:
@@ -686,7 +736,8 @@ def _sampling(
     not rescaled, so 0.7 means 0.7 on both). Models from the 4.5 generation reject
     ``temperature`` and ``top_p`` together, so with both only ``temperature`` is sent.
     ``top_k`` is not OpenAI's but is accepted as an extension. None of them is sent under
-    ``anthropic-version: 2026-10-21`` (which rejects them) or with thinking on (which forbids
+    ``anthropic-version: 2026-10-21`` or to a model that refuses them (Opus 4.7 on,
+    generation 5 on: ``model_traits``), which reject them, or with thinking on (which forbids
     changing them).
     """
     temperature = _number(payload, "temperature", 0, 2)
@@ -697,7 +748,11 @@ def _sampling(
         for key, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k))
         if value is not None
     ]
-    if options.anthropic_version == API_2026 or thinking_on:
+    if (
+        options.anthropic_version == API_2026
+        or thinking_on
+        or not traits_for(body["model"]).sampling
+    ):
         for key, _ in given:
             ignored.add(key)
         return

@@ -187,6 +187,9 @@ def upstream_error(
     if status == 401:
         message = f"The upstream refused this gateway's API key (ANTHROPIC_API_KEY): {message}"
         error_type, code = "upstream_error", "upstream_authentication_error"
+    elif status == 400 and message.startswith("prompt is too long"):
+        # OpenAI's code for it, which clients key on to trim the conversation and retry.
+        code, param = "context_length_exceeded", "messages"
     elif status < 400:
         location = upstream.get("location")
         message = f"The upstream answered HTTP {status}, which is not a Messages API answer" + (
