@@ -118,11 +118,15 @@ async def test_chunked_body_over_max_body_bytes_is_413_without_an_upstream_call(
 
 async def test_client_that_leaves_while_sending_its_body_gets_nothing_and_costs_nothing() -> None:
     handled: list[object] = []
+    refused: list[int] = []
 
     class _Recording:
         async def handle(self, payload: object, arrived: float) -> Any:
             handled.append(payload)
             raise AssertionError("the pipeline must not run")
+
+        def record_refused(self, status: int, arrived: float) -> None:
+            refused.append(status)  # still a request, for the metrics: a 499
 
     recording: Any = _Recording()
     endpoint = ChatEndpoint(_inner, lambda: recording, max_body_bytes=1000, api_keys=())
@@ -133,6 +137,7 @@ async def test_client_that_leaves_while_sending_its_body_gets_nothing_and_costs_
         await endpoint(_scope(), call.receive, call.send)
     assert call.messages == []
     assert handled == []
+    assert refused == [499]
 
 
 async def test_stream_response_headers_and_request_field_names_in_headers_are_safe() -> None:

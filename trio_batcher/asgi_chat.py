@@ -32,7 +32,7 @@ from typing import Any, Final, final
 import trio
 
 from .auth import client_key, key_matches, proxy_key_error
-from .chat import ChatPipeline, JSONReply
+from .chat import CLIENT_CLOSED, ChatPipeline, JSONReply
 from .errors import ProxyError, error_body
 from .json_depth import deeper_than
 
@@ -218,8 +218,9 @@ class ChatEndpoint:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
             self._authenticate(scope)
             raw = await self._read_body(scope, receive)
-            if raw is None:
-                return  # the client left while sending its body
+            if raw is None:  # the client left while sending its body: nothing to answer
+                pipeline.record_refused(CLIENT_CLOSED, arrived)
+                return
             payload = parse_json_body(raw)
         except Exception as exc:
             if pipeline is not None:
