@@ -128,9 +128,17 @@ STREAMED_EQUALS_WHOLE = [
     ask(max_tokens=7),
     ask(stop_sequences=["lorem", "ipsum", "dolor", "sit", "amet"], max_tokens=200),
     ask(tools=[WEATHER, TIME]),
-    ask(tools=[WEATHER], max_tokens=4096, thinking={"type": "adaptive"}),
+    # Adaptive thinking starts with 4.6 models (Haiku 4.5, MODEL, rejects it).
+    ask(model="claude-sonnet-4-6", tools=[WEATHER], max_tokens=4096, thinking={"type": "adaptive"}),
     ask(max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1024}),
-    ask(output_config={"format": {"type": "json_schema", "schema": WEATHER["input_schema"]}}),
+    ask(
+        output_config={
+            "format": {
+                "type": "json_schema",
+                "schema": {**WEATHER["input_schema"], "additionalProperties": False},
+            }
+        }
+    ),
 ]
 
 
@@ -440,6 +448,59 @@ async def test_another_vendors_model_is_404_and_max_tokens_has_the_models_limit(
         # Any claude-* id is served: the simulator need not change with each release.
         reply = await client.messages.create(model="claude-next", max_tokens=10, messages=hi)
         assert reply.content
+
+
+async def test_model_rules_reach_the_sdk_as_bad_requests() -> None:
+    prefill: Any = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    classic = {"anthropic-version": "2023-06-01"}
+    async with simulator() as url, sdk(url, default_headers=classic) as client:
+        refusals = [
+            (
+                {"model": "claude-opus-4-6-20260205", "messages": prefill},
+                "This model does not support assistant message prefill. "
+                "The conversation must end with a user message.",
+            ),
+            (
+                {"model": "claude-opus-5", "extra_body": {"temperature": 0.5}},
+                "`temperature` is deprecated for this model.",
+            ),
+            (
+                {"model": "claude-opus-4-8", "thinking": {"type": "disabled"}},
+                '"thinking.type.disabled" is not supported for this model. Use '
+                '"thinking.type.adaptive" and "output_config.effort" to control thinking '
+                "behavior.",
+            ),
+        ]
+        for request, message in refusals:
+            request = {"max_tokens": 10, "messages": prefill[:1], **request}
+            with pytest.raises(anthropic.BadRequestError) as info:
+                await client.messages.create(**request)
+            assert isinstance(info.value.body, dict)
+            assert info.value.body["error"] == {"type": "invalid_request_error", "message": message}
+        # Haiku 4.5 still continues a prefill.
+        assert (await client.messages.create(model=MODEL, max_tokens=10, messages=prefill)).content
+
+
+async def test_sdk_parse_gets_a_value_of_the_requested_type() -> None:
+    """``messages.parse`` sends the SDK's transformed schema (the subset check accepts it)
+    and validates the simulated JSON into the type."""
+    import datetime
+    from typing import Literal
+
+    import pydantic
+
+    class Forecast(pydantic.BaseModel):
+        city: str
+        day: datetime.date
+        high_c: int = pydantic.Field(ge=-90, le=60)
+        sky: Literal["sun", "rain"]
+        wind_kmh: float | None
+
+    async with simulator() as url, sdk(url) as client:
+        for model in (MODEL, "claude-sonnet-5"):
+            message = await client.messages.parse(**ask(model=model), output_format=Forecast)
+            assert isinstance(message.parsed_output, Forecast)
+            assert message.parsed_output.sky == "sun"
 
 
 async def test_a_body_nested_past_the_limit_is_a_bad_request_not_a_crash() -> None:

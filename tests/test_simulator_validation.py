@@ -43,8 +43,30 @@ WEATHER = {
         "required": ["city"],
     },
 }
+# WEATHER's schema as structured outputs and strict tools need it (closed objects).
+CLOSED_WEATHER = {**WEATHER["input_schema"], "additionalProperties": False}
 TIME = {"name": "get_time", "input_schema": {"type": "object", "properties": {}}}
 PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+
+PREFILL_REFUSED = (
+    "This model does not support assistant message prefill. "
+    "The conversation must end with a user message."
+)
+ADAPTIVE_ONLY = (
+    '"thinking.type.{}" is not supported for this model. Use "thinking.type.adaptive" '
+    'and "output_config.effort" to control thinking behavior.'
+)
+NO_ADAPTIVE = (
+    '"thinking.type.adaptive" is not supported for this model. Use "thinking.type.enabled" '
+    'and "thinking.budget_tokens" to control thinking behavior.'
+)
+NO_EFFORT = "output_config.effort: This model does not support the effort parameter."
+NO_XHIGH = (
+    "output_config.effort: 'xhigh' is not supported for this model; "
+    "use 'low', 'medium', 'high' or 'max'"
+)
+OPEN_OBJECT = "For 'object' type, 'additionalProperties' must be explicitly set to false"
+SCHEMA = "output_config.format.schema"
 
 
 def body(**changes: Any) -> dict[str, Any]:
@@ -71,6 +93,28 @@ def roundtrip(*user_blocks: dict[str, Any]) -> list[dict[str, Any]]:
 
 def msgs(*contents: Any, role: str = "user") -> list[dict[str, Any]]:
     return [{"role": role, "content": c} for c in contents]
+
+
+def prefilled(content: Any = "The answer is") -> list[dict[str, Any]]:
+    return [USER, {"role": "assistant", "content": content}]
+
+
+def json_output(schema: object, **changes: Any) -> dict[str, Any]:
+    return body(output_config={"format": {"type": "json_schema", "schema": schema}}, **changes)
+
+
+def closed(**properties: Any) -> dict[str, Any]:
+    """An object schema as structured outputs accept it."""
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def strict_tools(*schemas: object) -> dict[str, Any]:
+    return body(
+        tools=[
+            {"name": f"tool_{i}", "strict": True, "input_schema": schema}
+            for i, schema in enumerate(schemas)
+        ]
+    )
 
 
 # (name, body, api_version, text the error message must start with)
@@ -391,17 +435,27 @@ BAD: list[tuple[str, object, str, str]] = [
     ),
     (
         "thinking with forced tool use",
-        body(tools=[WEATHER], tool_choice={"type": "any"}, thinking={"type": "adaptive"}),
+        body(
+            model="claude-sonnet-4-6",
+            tools=[WEATHER],
+            tool_choice={"type": "any"},
+            thinking={"type": "adaptive"},
+        ),
         OLD,
         "tool_choice",
     ),
     (
         "thinking with temperature",
-        body(temperature=0.5, thinking={"type": "adaptive"}),
+        body(model="claude-sonnet-4-6", temperature=0.5, thinking={"type": "adaptive"}),
         OLD,
         "temperature",
     ),
-    ("thinking with top_k", body(top_k=5, thinking={"type": "adaptive"}), OLD, "top_k"),
+    (
+        "thinking with top_k",
+        body(model="claude-sonnet-4-6", top_k=5, thinking={"type": "adaptive"}),
+        OLD,
+        "top_k",
+    ),
     (
         "output format json_object",
         body(output_config={"format": {"type": "json_object"}}),
@@ -453,6 +507,226 @@ BAD: list[tuple[str, object, str, str]] = [
         ),
         OLD,
         "A maximum of 4 blocks with cache_control",
+    ),
+    # Model rules: a field's shape is checked before the model's rule about it.
+    (
+        "prefill of a tool call on a 4.6 model",
+        body(model="claude-opus-4-6", messages=prefilled([tool_use()])),
+        OLD,
+        PREFILL_REFUSED,
+    ),
+    (
+        "empty prefill on a generation 5 model",
+        body(model="claude-sonnet-5", messages=prefilled("")),
+        OLD,
+        PREFILL_REFUSED,
+    ),
+    (
+        "prefill's trailing whitespace before the model's rule",
+        body(model="claude-opus-4-7", messages=prefilled("The answer is ")),
+        OLD,
+        "messages.1.content: final assistant content cannot end with trailing whitespace",
+    ),
+    (
+        "temperature's shape before the model's rule",
+        body(model="claude-opus-4-7", temperature="hot"),
+        OLD,
+        "temperature: Input should be a valid number",
+    ),
+    (
+        "the sampling parameter sent is the one named",
+        body(model="claude-opus-5", top_k=3, max_tokens=10),
+        OLD,
+        "`top_k` is deprecated for this model.",
+    ),
+    (
+        "sampling under 2026-10-21 is an extra input on any model",
+        body(model="claude-opus-5", temperature=1),
+        NEW,
+        "temperature: Extra inputs are not permitted",
+    ),
+    (
+        "thinking budget's range before the model's rule",
+        body(
+            model="claude-opus-4-7",
+            max_tokens=4096,
+            thinking={"type": "enabled", "budget_tokens": 100},
+        ),
+        OLD,
+        "thinking.budget_tokens: Input should be greater than or equal to 1024",
+    ),
+    (
+        "effort's value before the model's rule",
+        body(output_config={"effort": "extreme"}),
+        OLD,
+        "output_config.effort: Input should be one of",
+    ),
+    # Structured outputs and strict tools: the schema subset the grammar compiler takes.
+    (
+        "open object",
+        json_output({"type": "object", "properties": {"a": {"type": "string"}}}),
+        OLD,
+        f"{SCHEMA}: {OPEN_OBJECT}",
+    ),
+    (
+        "additionalProperties true",
+        json_output({**closed(), "additionalProperties": True}),
+        OLD,
+        f"{SCHEMA}: {OPEN_OBJECT}",
+    ),
+    (
+        "additionalProperties a schema",
+        json_output({**closed(), "additionalProperties": {"type": "string"}}),
+        OLD,
+        f"{SCHEMA}: {OPEN_OBJECT}",
+    ),
+    (
+        "nested open object",
+        json_output(closed(inner={"type": "object", "properties": {}})),
+        OLD,
+        f"{SCHEMA}: {OPEN_OBJECT} (at #/properties/inner)",
+    ),
+    (
+        "open object in an array of an anyOf",
+        json_output(
+            closed(xs={"anyOf": [{"type": "null"}, {"type": "array", "items": {"type": "object"}}]})
+        ),
+        OLD,
+        f"{SCHEMA}: {OPEN_OBJECT} (at #/properties/xs/anyOf/1/items)",
+    ),
+    (
+        "integer minimum",
+        json_output(closed(n={"type": "integer", "minimum": 1})),
+        OLD,
+        f"{SCHEMA}: For 'integer' type, property 'minimum' is not supported (at #/properties/n)",
+    ),
+    (
+        "number multipleOf",
+        json_output(closed(x={"type": "number", "multipleOf": 0.5})),
+        OLD,
+        f"{SCHEMA}: For 'number' type, property 'multipleOf' is not supported",
+    ),
+    (
+        "string maxLength",
+        json_output(closed(s={"type": "string", "maxLength": 5})),
+        OLD,
+        f"{SCHEMA}: For 'string' type, property 'maxLength' is not supported",
+    ),
+    (
+        "array maxItems",
+        json_output(closed(a={"type": "array", "items": {"type": "string"}, "maxItems": 3})),
+        OLD,
+        f"{SCHEMA}: For 'array' type, property 'maxItems' is not supported",
+    ),
+    (
+        "array minItems 2",
+        json_output(closed(a={"type": "array", "minItems": 2})),
+        OLD,
+        f"{SCHEMA}: For 'array' type, 'minItems' values other than 0 or 1 are not supported",
+    ),
+    (
+        "object minProperties",
+        json_output({**closed(), "minProperties": 1}),
+        OLD,
+        f"{SCHEMA}: For 'object' type, property 'minProperties' is not supported",
+    ),
+    (
+        "patternProperties",
+        json_output({**closed(), "patternProperties": {"^x": {"type": "string"}}}),
+        OLD,
+        f"{SCHEMA}: For 'object' type, property 'patternProperties' is not supported",
+    ),
+    (
+        "oneOf",
+        json_output(closed(v={"oneOf": [{"type": "string"}, {"type": "integer"}]})),
+        OLD,
+        f"{SCHEMA}: Property 'oneOf' is not supported without a 'type' (at #/properties/v)",
+    ),
+    (
+        "not",
+        json_output(closed(v={"type": "string", "not": {"const": "x"}})),
+        OLD,
+        f"{SCHEMA}: For 'string' type, property 'not' is not supported",
+    ),
+    (
+        "unknown string format",
+        json_output(closed(c={"type": "string", "format": "color"})),
+        OLD,
+        f"{SCHEMA}: For 'string' type, format 'color' is not supported",
+    ),
+    (
+        "unknown type",
+        json_output(closed(d={"type": "date"})),
+        OLD,
+        f"{SCHEMA}: Type 'date' is not supported",
+    ),
+    (
+        "enum of objects",
+        json_output(closed(e={"enum": [{"a": 1}]})),
+        OLD,
+        f"{SCHEMA}: 'enum' must be a non-empty list of strings, numbers, booleans or null",
+    ),
+    (
+        "pattern with a backreference",
+        json_output(closed(p={"type": "string", "pattern": r"^(a)\1$"})),
+        OLD,
+        f"{SCHEMA}: For 'string' type, pattern '^(a)\\\\1$' uses an unsupported regex feature",
+    ),
+    (
+        "pattern with a lookahead",
+        json_output(closed(p={"type": "string", "pattern": "^(?=a)"})),
+        OLD,
+        f"{SCHEMA}: For 'string' type, pattern '^(?=a)' uses an unsupported regex feature",
+    ),
+    (
+        "pattern with a word boundary",
+        json_output(closed(p={"type": "string", "pattern": r"\bx"})),
+        OLD,
+        f"{SCHEMA}: For 'string' type, pattern '\\\\bx' uses an unsupported regex feature",
+    ),
+    (
+        "external $ref",
+        json_output(closed(r={"$ref": "https://example.com/s.json"})),
+        OLD,
+        f"{SCHEMA}: $ref 'https://example.com/s.json' is not supported",
+    ),
+    (
+        "$ref that does not resolve",
+        json_output(closed(r={"$ref": "#/$defs/Missing"})),
+        OLD,
+        f"{SCHEMA}: $ref '#/$defs/Missing' does not resolve to a schema",
+    ),
+    (
+        "recursive $ref",
+        json_output(
+            {
+                "$defs": {
+                    "Node": closed(children={"type": "array", "items": {"$ref": "#/$defs/Node"}})
+                },
+                "$ref": "#/$defs/Node",
+            }
+        ),
+        OLD,
+        f"{SCHEMA}: Recursive schemas are not supported: $ref '#/$defs/Node' refers to itself",
+    ),
+    (
+        "open object in $defs",
+        json_output({**closed(a={"$ref": "#/$defs/A"}), "$defs": {"A": {"type": "object"}}}),
+        OLD,
+        f"{SCHEMA}: {OPEN_OBJECT} (at #/$defs/A)",
+    ),
+    (
+        "strict tool with an open object",
+        strict_tools({"type": "object", "properties": {"city": {"type": "string"}}}),
+        OLD,
+        f"tools.0.input_schema: {OPEN_OBJECT}",
+    ),
+    (
+        "second strict tool with a minimum",
+        strict_tools(closed(), closed(n={"type": "integer", "minimum": 0})),
+        OLD,
+        "tools.1.input_schema: For 'integer' type, property 'minimum' is not supported "
+        "(at #/properties/n)",
     ),
 ]
 
@@ -599,7 +873,11 @@ GOOD: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "adaptive thinking with temperature 1",
-        body(thinking={"type": "adaptive", "display": "omitted"}, temperature=1),
+        body(
+            model="claude-sonnet-4-6",
+            thinking={"type": "adaptive", "display": "omitted"},
+            temperature=1,
+        ),
         OLD,
     ),
     (
@@ -631,6 +909,7 @@ GOOD: list[tuple[str, dict[str, Any], str]] = [
             tools=[
                 {
                     **WEATHER,
+                    "input_schema": CLOSED_WEATHER,
                     "type": "custom",
                     "strict": True,
                     "cache_control": {"type": "ephemeral"},
@@ -643,10 +922,14 @@ GOOD: list[tuple[str, dict[str, Any], str]] = [
     (
         "structured output",
         body(
+            model="claude-sonnet-4-6",
             output_config={
                 "effort": "high",
-                "format": {"type": "json_schema", "schema": {"type": "object"}},
-            }
+                "format": {
+                    "type": "json_schema",
+                    "schema": {"type": "object", "additionalProperties": False},
+                },
+            },
         ),
         NEW,
     ),
@@ -664,6 +947,96 @@ GOOD: list[tuple[str, dict[str, Any], str]] = [
                 for i in range(4)
             ]
         ),
+        OLD,
+    ),
+    ("null sampling parameters on Opus 4.7", body(model="claude-opus-4-7", temperature=None), OLD),
+    (
+        "adaptive thinking with xhigh effort on a future Opus",
+        body(
+            model="claude-opus-4-9-20270101",
+            thinking={"type": "adaptive"},
+            output_config={"effort": "xhigh"},
+        ),
+        NEW,
+    ),
+    (
+        "a 4.6 conversation ending in tool results",
+        body(model="claude-opus-4-6", tools=[WEATHER], messages=roundtrip(tool_result())),
+        OLD,
+    ),
+    (
+        "prefill on an old-style id",
+        body(model="claude-3-7-sonnet-latest", messages=prefilled()),
+        OLD,
+    ),
+    (
+        "sampling and manual thinking on an id the table cannot place",
+        body(
+            model="claude-next",
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            temperature=1,
+            messages=prefilled(),
+        ),
+        OLD,
+    ),
+    (
+        "non-strict tools keep any schema",
+        body(
+            tools=[
+                {
+                    "name": "free",
+                    "strict": False,
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}},
+                    },
+                },
+                {**WEATHER, "input_schema": {**CLOSED_WEATHER, "additionalProperties": True}},
+            ]
+        ),
+        OLD,
+    ),
+    (
+        "structured output using the whole subset",
+        json_output(
+            {
+                **closed(
+                    id={"type": "string", "format": "uuid", "description": "id", "title": "Id"},
+                    when={"type": "string", "format": "date-time"},
+                    took={"type": "string", "format": "duration"},
+                    sku={"type": "string", "pattern": r"^SKU-\d{5}$"},
+                    kind={"type": "string", "enum": ["a", "b"]},
+                    fixed={"const": 3},
+                    maybe={"anyOf": [{"type": "null"}, {"type": "integer"}]},
+                    nullable={"type": ["string", "null"], "default": None},
+                    tags={"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    more={"type": "array", "items": {"$ref": "#/definitions/Tag"}, "minItems": 0},
+                    home={"$ref": "#/$defs/Place"},
+                    work={"$ref": "#/$defs/Place", "description": "same shape, twice"},
+                    both={"allOf": [{"$ref": "#/$defs/Place"}]},
+                ),
+                "required": ["id", "when", "home"],
+                "$defs": {"Place": closed(city={"type": "string"})},
+                "definitions": {"Tag": closed(name={"type": "string"})},
+            },
+            model="claude-sonnet-5",
+        ),
+        OLD,
+    ),
+    (
+        "structured output rooted at a $ref, as pydantic RootModel emits",
+        json_output({"$ref": "#/$defs/A", "$defs": {"A": closed(x={"type": "boolean"})}}),
+        OLD,
+    ),
+    (
+        "structured output of a bare type",
+        json_output({"type": "array", "items": {"type": "number"}}),
+        OLD,
+    ),
+    (
+        "strict tool in the subset",
+        strict_tools(CLOSED_WEATHER, {**closed(), "required": []}),
         OLD,
     ),
 ]
@@ -719,6 +1092,142 @@ def test_allowed_fields_mirror_the_installed_sdk() -> None:
     assert (create - sent_as_headers) | legacy_sampling == MESSAGES_KEYS
     counting = set(message_count_tokens_params.MessageCountTokensParams.__annotations__)
     assert counting - sent_as_headers - {"output_format"} == COUNT_TOKENS_KEYS
+
+
+# --------------------------------------------------------------------------- model rules
+
+# feature -> (a request that uses it, the message when the model refuses it)
+FEATURES: dict[str, tuple[dict[str, Any], str]] = {
+    "prefill": (body(messages=prefilled()), PREFILL_REFUSED),
+    "enabled thinking": (
+        body(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024}),
+        ADAPTIVE_ONLY.format("enabled"),
+    ),
+    "disabled thinking": (body(thinking={"type": "disabled"}), ADAPTIVE_ONLY.format("disabled")),
+    "adaptive thinking": (body(thinking={"type": "adaptive"}), NO_ADAPTIVE),
+    "effort": (body(output_config={"effort": "max"}), NO_EFFORT),
+    "xhigh effort": (body(output_config={"effort": "xhigh"}), NO_XHIGH),
+    "temperature": (body(temperature=0.5), "`temperature` is deprecated for this model."),
+    "top_p": (body(top_p=0.9), "`top_p` is deprecated for this model."),
+    "top_k": (body(top_k=40), "`top_k` is deprecated for this model."),
+}
+BEFORE_4_6 = frozenset({"adaptive thinking", "effort", "xhigh effort"})
+OPUS_4_5 = frozenset({"adaptive thinking", "xhigh effort"})
+FROM_4_6 = frozenset({"prefill", "xhigh effort"})
+ADAPTIVE_ONLY_MODELS = frozenset(
+    {"prefill", "enabled thinking", "disabled thinking", "temperature", "top_p", "top_k"}
+)
+# model -> the features it refuses; (future) marks ids no model has yet.
+MODEL_RULES: dict[str, frozenset[str]] = {
+    "claude-haiku-4-5": BEFORE_4_6,
+    "claude-haiku-4-5-20251001": BEFORE_4_6,
+    "claude-sonnet-4-5-20250929": BEFORE_4_6,
+    "claude-sonnet-4-20250514": BEFORE_4_6,
+    "claude-opus-4-1": BEFORE_4_6,
+    "claude-opus-4-5": OPUS_4_5,
+    "claude-opus-4-5-20251101": OPUS_4_5,
+    "claude-opus-4-6": FROM_4_6,
+    "claude-sonnet-4-6": FROM_4_6,
+    "claude-sonnet-4-6-20260217": FROM_4_6,
+    "claude-haiku-4-6": FROM_4_6,  # (future)
+    "claude-sonnet-4-7": FROM_4_6,  # (future) only Opus went adaptive-only in 4.x
+    "claude-opus-4-7": ADAPTIVE_ONLY_MODELS,
+    "claude-opus-4-7-20260416": ADAPTIVE_ONLY_MODELS,
+    "claude-opus-4-8": ADAPTIVE_ONLY_MODELS,
+    "claude-opus-4-9": ADAPTIVE_ONLY_MODELS,  # (future)
+    "claude-sonnet-5": ADAPTIVE_ONLY_MODELS,
+    "claude-opus-5": ADAPTIVE_ONLY_MODELS,
+    "claude-opus-5-20260930": ADAPTIVE_ONLY_MODELS,
+    "claude-sonnet-5-1": ADAPTIVE_ONLY_MODELS,  # (future)
+    "claude-haiku-5": ADAPTIVE_ONLY_MODELS,  # (future)
+    "claude-opus-6": ADAPTIVE_ONLY_MODELS,  # (future)
+    "claude-3-7-sonnet-latest": frozenset(),  # old-style ids: nothing model-specific
+    "claude-3-5-haiku-20241022": frozenset(),
+    "claude-next": frozenset(),
+    "claude-opus-4-6-preview": frozenset(),  # a suffix the table cannot read
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "feature"),
+    [(m, f) for m in MODEL_RULES for f in FEATURES],
+    ids=[f"{m}-{f.replace(' ', '_')}" for m in MODEL_RULES for f in FEATURES],
+)
+def test_model_rules_follow_the_family_and_version(model: str, feature: str) -> None:
+    request, message = FEATURES[feature]
+    refused = MODEL_RULES[model]
+    if feature == "xhigh effort" and "effort" in refused:
+        message = NO_EFFORT  # no effort at all: the value is never looked at
+    request = {**request, "model": model}
+    if feature not in refused:
+        validate_messages_request(request, api_version=OLD)
+        return
+    with pytest.raises(SimulatorInvalidRequest) as info:
+        validate_messages_request(request, api_version=OLD)
+    assert str(info.value) == message
+    assert info.value.status == 400 and info.value.type == "invalid_request_error"
+
+
+def test_count_tokens_holds_requests_to_their_shape_only() -> None:
+    """Whether count_tokens applies model rules and the schema subset is undocumented, so
+    the simulator accepts there what only those rules would refuse."""
+    validate_count_tokens_request(
+        {
+            "model": "claude-opus-4-7",
+            "messages": prefilled(),
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "output_config": {
+                "effort": "xhigh",
+                "format": {"type": "json_schema", "schema": {"type": "object"}},
+            },
+            "tools": [{**WEATHER, "strict": True}],
+        },
+        api_version=NEW,
+    )
+
+
+def test_sdk_transformed_schemas_are_accepted_and_answered_with_valid_values() -> None:
+    """The SDK's own ``transform_schema`` output passes the subset check, and the simulated
+    structured output validates back into the pydantic type (as ``messages.parse`` does)."""
+    import datetime
+    import enum
+    import uuid
+    from typing import Literal
+
+    import pydantic
+    from anthropic.lib._parse._transform import transform_schema
+
+    class Colour(enum.Enum):
+        RED = "red"
+        BLUE = "blue"
+
+    class Address(pydantic.BaseModel):
+        street: str
+        postcode: str | None = None
+
+    class Person(pydantic.BaseModel):
+        """A person."""
+
+        name: str = pydantic.Field(description="Full name", min_length=1)
+        age: int = pydantic.Field(ge=0, le=150)
+        born: datetime.date
+        seen: datetime.datetime
+        waited: datetime.timedelta
+        id: uuid.UUID
+        role: Literal["admin", "user"]
+        colour: Colour
+        home: Address
+        previous: list[Address] = pydantic.Field(min_length=1)
+        score: float | None
+        extra: dict[str, str] = {}
+        nick: str = pydantic.Field(default="x", pattern=r"^[a-z]+$")
+
+    for typed in (Person, list[Person], Address | Colour):
+        schema = transform_schema(pydantic.TypeAdapter(typed).json_schema())
+        request = json_output(schema, model="claude-opus-5", max_tokens=4096)
+        validate_messages_request(request, api_version=NEW)
+        reply = json.loads(reply_for(request).blocks[0].text)
+        pydantic.TypeAdapter(typed).validate_python(reply)
 
 
 # --------------------------------------------------------------------------- latency
@@ -938,14 +1447,17 @@ def test_thinking_block_comes_first_with_a_signature() -> None:
 def test_structured_output_is_json_valid_for_the_schema() -> None:
     schema = {
         "type": "object",
-        "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "maximum": 10}},
+        "properties": {
+            "answer": {"type": "string"},
+            "score": {"anyOf": [{"type": "null"}, {"type": "integer"}]},
+        },
         "required": ["answer", "score"],
         "additionalProperties": False,
     }
     reply = reply_for(
         body(max_tokens=500, output_config={"format": {"type": "json_schema", "schema": schema}})
     )
-    assert json.loads(reply.blocks[0].text) == {"answer": "answer value", "score": 10}
+    assert json.loads(reply.blocks[0].text) == {"answer": "answer value", "score": 42}
 
 
 @pytest.mark.parametrize(
@@ -953,6 +1465,7 @@ def test_structured_output_is_json_valid_for_the_schema() -> None:
     [
         ({"type": "string"}, "value value"),
         ({"type": "string", "format": "date"}, "2026-01-01"),
+        ({"type": "string", "format": "duration"}, "P1D"),
         ({"type": "string", "minLength": 20}, "value valuexxxxxxxxx"),
         ({"type": "string", "maxLength": 3}, "val"),
         ({"type": "integer"}, 42),
@@ -1009,6 +1522,15 @@ def test_structured_output_is_json_valid_for_the_schema() -> None:
                 ]
             },
             {"a": True, "b": 42},
+        ),
+        (  # closed parts: only the properties every closed part lists
+            {
+                "allOf": [
+                    closed(a={"type": "boolean"}, b={"type": "integer"}),
+                    closed(b={"type": "integer"}, c={"type": "string"}),
+                ]
+            },
+            {"b": 42},
         ),
         (
             {"type": "object", "properties": {"self": {"$ref": "#"}}},
@@ -1076,7 +1598,7 @@ def reassemble(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
             max_tokens=2048,
             thinking={"type": "enabled", "budget_tokens": 1024},
         ),
-        body(output_config={"format": {"type": "json_schema", "schema": WEATHER["input_schema"]}}),
+        body(output_config={"format": {"type": "json_schema", "schema": CLOSED_WEATHER}}),
     ],
     ids=["text", "capped", "stop sequence", "thinking and tools", "json"],
 )

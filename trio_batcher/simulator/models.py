@@ -1,13 +1,20 @@
-"""The model catalogue the simulator lists at ``GET /v1/models``.
+"""The model catalogue the simulator lists at ``GET /v1/models``, and what each model accepts.
 
 Replies do not depend on the model, and any ``claude-*`` id is served (a simulator should
 not need updating for each release); this list makes ``/v1/models`` look like Anthropic's,
 newest first, and gives the output limit ``max_tokens`` is checked against.
+
+``model_capabilities`` derives the per-model request rules from the id's family and version
+rather than from the catalogue, so a future id (``claude-opus-4-9``, ``claude-sonnet-5-1``)
+gets the rules of its generation. Ids it cannot read (old-style ``claude-3-7-sonnet-latest``,
+``claude-next``) get ``PERMISSIVE``: the simulator never rejects what it cannot place.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+import re
+from dataclasses import dataclass
+from typing import Any, Final, final
 
 # The output limit for a claude-* id the catalogue does not know.
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 128_000
@@ -43,6 +50,79 @@ CATALOGUE: Final[tuple[tuple[str, str, str, str, int, int], ...]] = (
         64_000,
     ),
 )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ModelCapabilities:
+    """Request features a model accepts, where models differ (True: accepted).
+
+    Attributes:
+      prefill: a conversation may end with an assistant turn.
+      manual_thinking: ``thinking.type`` ``enabled`` (with ``budget_tokens``) and ``disabled``.
+      adaptive_thinking: ``thinking.type`` ``adaptive``.
+      effort: ``output_config.effort``.
+      xhigh_effort: ``output_config.effort`` ``xhigh`` (when ``effort`` is accepted).
+      sampling: ``temperature``, ``top_p`` and ``top_k``.
+    """
+
+    prefill: bool = True
+    manual_thinking: bool = True
+    adaptive_thinking: bool = True
+    effort: bool = True
+    xhigh_effort: bool = True
+    sampling: bool = True
+
+
+PERMISSIVE: Final = ModelCapabilities()
+"""For ids ``model_capabilities`` cannot place: nothing model-specific is rejected."""
+
+# claude-<family>-<major>[-<minor>][-YYYYMMDD]; an 8-digit part is a date, never a minor.
+_MODEL_ID: Final = re.compile(r"^claude-(opus|sonnet|haiku)-(\d{1,2})(?:-(\d{1,2}))?(?:-\d{8})?$")
+
+
+def model_version(model_id: str) -> tuple[str, int, int] | None:
+    """``(family, major, minor)`` of a current-style id, or None.
+
+    ``claude-opus-4-5-20251101`` -> ``("opus", 4, 5)``; ``claude-sonnet-4-20250514`` ->
+    ``("sonnet", 4, 0)``; ``claude-3-7-sonnet-latest`` -> None.
+    """
+    match = _MODEL_ID.match(model_id)
+    if match is None:
+        return None
+    family, major, minor = match.groups()
+    return family, int(major), int(minor or 0)
+
+
+def model_capabilities(model_id: str) -> ModelCapabilities:
+    """What ``model_id`` accepts, by family and version.
+
+    ====================  =======  ========  ========  ======  =====  ========
+    model                 prefill  enabled/  adaptive  effort  xhigh  sampling
+                                   disabled
+    ====================  =======  ========  ========  ======  =====  ========
+    4.0 - 4.5 (not Opus)  yes      yes       no        no      no     yes
+    Opus 4.5              yes      yes       no        yes     no     yes
+    4.6 (any family)      no       yes       yes       yes     no     yes
+    Opus 4.7 and later    no       no        yes       yes     yes    no
+    Sonnet/Haiku 4.7+     no       yes       yes       yes     no     yes
+    generation 5 and on   no       no        yes       yes     yes    no
+    ====================  =======  ========  ========  ======  =====  ========
+    """
+    version = model_version(model_id)
+    if version is None:
+        return PERMISSIVE
+    family, major, minor = version
+    since_4_6 = (major, minor) >= (4, 6)
+    adaptive_only = major >= 5 or (family == "opus" and (major, minor) >= (4, 7))
+    return ModelCapabilities(
+        prefill=not since_4_6,
+        manual_thinking=not adaptive_only,
+        adaptive_thinking=since_4_6,
+        effort=since_4_6 or (family == "opus" and (major, minor) >= (4, 5)),
+        xhigh_effort=adaptive_only,
+        sampling=not adaptive_only,
+    )
 
 
 def model_info(entry: tuple[str, str, str, str, int, int]) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 Covers what tool and structured-output schemas use in practice: ``type`` (or a list of
 types), ``enum`` / ``const`` (first value), ``default``, ``anyOf`` / ``oneOf`` (first
-branch), ``allOf`` (merged objects), local ``$ref`` (``#/$defs/...``, ``#/definitions/...``),
+branch), ``allOf`` (merged objects; only properties every closed branch -- one with
+``additionalProperties: false`` -- lists), local ``$ref`` (``#/$defs/...``, ``#/definitions/...``),
 objects (the ``required`` properties, or all properties when none are required),
 arrays (``minItems`` items, at least one, ``prefixItems``), strings (``format``,
 ``pattern``, ``minLength``, ``maxLength``), numbers and integers (within ``minimum`` /
-``maximum``).
+``maximum``). That includes all of the subset structured outputs and strict tools accept
+(``schema_subset``), so their simulated values always validate.
 Pure: the value depends only on the schema and property names.
 """
 
@@ -28,6 +30,7 @@ _FORMATS: Final[Mapping[str, str]] = {
     "date-time": "2026-01-01T12:00:00Z",
     "date": "2026-01-01",
     "time": "12:00:00",
+    "duration": "P1D",
     "email": "user@example.com",
     "uri": "https://example.com/",
     "url": "https://example.com/",
@@ -74,18 +77,7 @@ def _value(schema: object, root: Mapping[str, Any], name: str, depth: int) -> An
             return _value(_non_null_first(options, root), root, name, depth + 1)
     all_of = schema.get("allOf")
     if isinstance(all_of, list) and all_of:
-        merged: dict[str, Any] = {}
-        for part in all_of:
-            if isinstance(part, dict):
-                part = _resolve(part, root)
-                for key, value in part.items():
-                    if key in ("properties", "required") and key in merged:
-                        merged[key] = (
-                            {**merged[key], **value} if key == "properties" else merged[key] + value
-                        )
-                    else:
-                        merged[key] = value
-        return _value(merged, root, name, depth + 1)
+        return _value(_merge(all_of, root), root, name, depth + 1)
     kind = _type(schema)
     if depth >= MAX_DEPTH:
         return _shallow(kind, name)
@@ -104,6 +96,31 @@ def _value(schema: object, root: Mapping[str, Any], name: str, depth: int) -> An
     if kind == "null":
         return None
     return f"{name} value"
+
+
+def _merge(parts: list[Any], root: Mapping[str, Any]) -> dict[str, Any]:
+    """One schema for ``allOf``: a value must satisfy every part, so a closed part
+    (``additionalProperties: false``) drops the properties it does not list."""
+    merged: dict[str, Any] = {}
+    closed: list[Mapping[str, Any]] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        part = _resolve(part, root)
+        if part.get("additionalProperties") is False:
+            closed.append(part.get("properties") or {})
+        for key, value in part.items():
+            if key in ("properties", "required") and key in merged:
+                merged[key] = (
+                    {**merged[key], **value} if key == "properties" else merged[key] + value
+                )
+            else:
+                merged[key] = value
+    if closed and isinstance(merged.get("properties"), dict):
+        merged["properties"] = {
+            n: s for n, s in merged["properties"].items() if all(n in c for c in closed)
+        }
+    return merged
 
 
 def _non_null_first(options: list[Any], root: Mapping[str, Any]) -> Any:

@@ -2,17 +2,24 @@
 
 Theory of operation: the real API is a pydantic model with ``extra="forbid"`` everywhere
 plus a few cross-field rules (tool_use/tool_result pairing, thinking budget, sampling
-parameters per API version). This module mirrors both layers as plain functions over the
-decoded JSON, so property tests elsewhere can call ``validate_messages_request`` directly to
-prove that translated requests are valid.
+parameters per API version) plus per-model rules (``models.model_capabilities``: prefill,
+thinking types, effort, sampling parameters) and the JSON Schema subset that structured
+outputs and strict tools compile (``schema_subset``). This module mirrors these layers as
+plain functions over the decoded JSON, so property tests elsewhere can call
+``validate_messages_request`` directly to prove that translated requests are valid. A
+field's shape is checked before the model's rules about it, as pydantic would.
 
 Guarantees, in order of importance:
 
 1. Never reject a request the real API accepts. Where the API's behaviour is unknown, we
    accept (for example a leading assistant turn, images in assistant turns, ``null`` for an
-   optional field).
+   optional field, a model id the capability table cannot place). ``count_tokens`` is held
+   to the request's shape only, not to the model's rules or the schema subset: whether the
+   real endpoint applies them is not documented.
 2. Reject what the real API is documented to reject, with a message that starts with the
    dotted path of the offending field (``messages.1.content.0.text: ...``), like the API.
+   The per-model rules keep the API's own wording, which names the field inside the text
+   (``"thinking.type.enabled" is not supported for this model...``).
 
 The tables of allowed keys mirror the installed ``anthropic`` SDK's request TypedDicts (the
 test suite compares them), so a field the SDK can send is never "extra" here.
@@ -29,6 +36,8 @@ from typing import Any, Final, NoReturn
 
 from .config import API_VERSIONS
 from .errors import SimulatorInvalidRequest
+from .models import PERMISSIVE, ModelCapabilities, model_capabilities
+from .schema_subset import validate_schema_subset
 
 __all__ = [
     "BLOCK_KEYS",
@@ -138,6 +147,11 @@ IMAGE_MEDIA_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "i
 MAX_CACHE_BREAKPOINTS: Final = 4
 MAX_MESSAGES: Final = 100_000
 MIN_THINKING_BUDGET: Final = 1024
+
+PREFILL_UNSUPPORTED: Final = (
+    "This model does not support assistant message prefill. "
+    "The conversation must end with a user message."
+)
 
 
 def validate_messages_request(body: object, *, api_version: str) -> None:
@@ -254,7 +268,10 @@ def _validate(
         _fail("body", "Input should be a JSON object")
     _only(body, allowed, "")
 
-    _string(_required(body, "model", ""), "model", non_empty=True)
+    model = _string(_required(body, "model", ""), "model", non_empty=True)
+    # count_tokens: shape only (see the module docstring).
+    caps = PERMISSIVE if count_tokens else model_capabilities(model)
+    grammar = not count_tokens  # check the schemas that generation compiles to a grammar
     max_tokens: int | None = None
     if not count_tokens:
         max_tokens = _integer(_required(body, "max_tokens", ""), "max_tokens")
@@ -262,7 +279,7 @@ def _validate(
             _fail("max_tokens", "Input should be greater than or equal to 0")
 
     counter = _Counter()
-    tool_names = _tools(body, counter)
+    tool_names = _tools(body, counter, grammar=grammar)
     if _given(body, "system"):
         _system(body["system"], counter)
     _messages(_required(body, "messages", ""), counter)
@@ -272,12 +289,14 @@ def _validate(
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {counter.breakpoints}.",
         )
+    if not caps.prefill and body["messages"][-1]["role"] == "assistant":
+        _fail("", PREFILL_UNSUPPORTED)
 
     forced_tool = _tool_choice(body, tool_names)
-    thinking_on = _thinking(body, max_tokens)
+    thinking_on = _thinking(body, max_tokens, caps)
     if thinking_on and forced_tool:
         _fail("tool_choice", "Thinking may not be enabled when tool_choice forces tool use.")
-    _sampling(body, api_version=api_version, thinking_on=thinking_on)
+    _sampling(body, api_version=api_version, thinking_on=thinking_on, caps=caps)
 
     if _given(body, "stop_sequences"):
         for i, seq in enumerate(_list(body["stop_sequences"], "stop_sequences")):
@@ -294,7 +313,7 @@ def _validate(
         if _given(metadata, "user_id"):
             _string(metadata["user_id"], "metadata.user_id")
     if _given(body, "output_config"):
-        _output_config(body["output_config"])
+        _output_config(body["output_config"], caps, grammar=grammar)
     if _given(body, "service_tier"):
         _choice(body["service_tier"], "service_tier", ("auto", "standard_only"))
     if _given(body, "speed"):
@@ -309,33 +328,36 @@ def _validate(
         _object(body["diagnostics"], "diagnostics")
 
 
-def _sampling(body: Mapping[str, Any], *, api_version: str, thinking_on: bool) -> None:
+def _sampling(
+    body: Mapping[str, Any], *, api_version: str, thinking_on: bool, caps: ModelCapabilities
+) -> None:
     if api_version == NEW_API_VERSION:
         for name in SAMPLING_PARAMS:
             if name in body:
                 _fail(name, f"Extra inputs are not permitted with anthropic-version {api_version}")
         return
-    if _given(body, "temperature"):
-        temperature = _number(body["temperature"], "temperature", 0, 1)
-        if thinking_on and temperature != 1:
+    given = [name for name in SAMPLING_PARAMS if _given(body, name)]
+    temperature = _number(body["temperature"], "temperature", 0, 1) if "temperature" in given else 1
+    top_p = _number(body["top_p"], "top_p", 0, 1) if "top_p" in given else 1
+    if "top_k" in given and _integer(body["top_k"], "top_k") < 0:
+        _fail("top_k", "Input should be greater than or equal to 0")
+    if given and not caps.sampling:
+        _fail("", f"`{given[0]}` is deprecated for this model.")
+    if thinking_on:
+        if temperature != 1:
             _fail("temperature", "temperature may only be set to 1 when thinking is enabled")
-    if _given(body, "top_p"):
-        top_p = _number(body["top_p"], "top_p", 0, 1)
-        if thinking_on and top_p < 0.95:
+        if top_p < 0.95:
             _fail("top_p", "top_p must be between 0.95 and 1 when thinking is enabled")
-    if _given(body, "top_k"):
-        if _integer(body["top_k"], "top_k") < 0:
-            _fail("top_k", "Input should be greater than or equal to 0")
-        if thinking_on:
+        if "top_k" in given:
             _fail("top_k", "top_k may not be set when thinking is enabled")
-    if _given(body, "temperature") and _given(body, "top_p"):
+    if "temperature" in given and "top_p" in given:
         _fail("temperature", "`temperature` and `top_p` cannot both be specified; use only one")
 
 
 # --------------------------------------------------------------------------- tools
 
 
-def _tools(body: Mapping[str, Any], counter: _Counter) -> frozenset[str]:
+def _tools(body: Mapping[str, Any], counter: _Counter, *, grammar: bool) -> frozenset[str]:
     if not _given(body, "tools"):
         return frozenset()
     names: set[str] = set()
@@ -362,12 +384,13 @@ def _tools(body: Mapping[str, Any], counter: _Counter) -> frozenset[str]:
                 )
             if _given(tool, "description"):
                 _string(tool["description"], _join(path, "description"))
-            if _given(tool, "strict"):
-                _boolean(tool["strict"], _join(path, "strict"))
+            strict = _given(tool, "strict") and _boolean(tool["strict"], _join(path, "strict"))
             if _given(tool, "input_examples"):
                 examples = _list(tool["input_examples"], _join(path, "input_examples"))
                 for j, example in enumerate(examples):
                     _object(example, _join(path, f"input_examples.{j}"))
+            if strict and grammar:  # compiled to a grammar: the JSON Schema subset only
+                validate_schema_subset(schema, _join(path, "input_schema"))
         if _given(tool, "cache_control"):
             counter.breakpoints += 1
             _cache_control(tool["cache_control"], _join(path, "cache_control"))
@@ -405,7 +428,7 @@ def _tool_choice(body: Mapping[str, Any], tool_names: frozenset[str]) -> bool:
     return True
 
 
-def _thinking(body: Mapping[str, Any], max_tokens: int | None) -> bool:
+def _thinking(body: Mapping[str, Any], max_tokens: int | None, caps: ModelCapabilities) -> bool:
     """Validate ``thinking``; True when the model will think (enabled or adaptive)."""
     if not _given(body, "thinking"):
         return False
@@ -436,14 +459,35 @@ def _thinking(body: Mapping[str, Any], max_tokens: int | None) -> bool:
         _only(thinking, frozenset({"type"}), "thinking")
     if _given(thinking, "display"):
         _choice(thinking["display"], "thinking.display", ("summarized", "omitted"))
+    if kind in ("enabled", "disabled") and not caps.manual_thinking:
+        _fail(
+            "",
+            f'"thinking.type.{kind}" is not supported for this model. Use '
+            '"thinking.type.adaptive" and "output_config.effort" to control thinking behavior.',
+        )
+    if kind == "adaptive" and not caps.adaptive_thinking:
+        _fail(
+            "",
+            '"thinking.type.adaptive" is not supported for this model. Use '
+            '"thinking.type.enabled" and "thinking.budget_tokens" to control thinking behavior.',
+        )
     return kind in ("enabled", "adaptive")
 
 
-def _output_config(value: object) -> None:
+def _output_config(value: object, caps: ModelCapabilities, *, grammar: bool) -> None:
     config = _object(value, "output_config")
     _only(config, frozenset({"effort", "format"}), "output_config")
     if _given(config, "effort"):
-        _choice(config["effort"], "output_config.effort", ("low", "medium", "high", "xhigh", "max"))
+        effort = _choice(
+            config["effort"], "output_config.effort", ("low", "medium", "high", "xhigh", "max")
+        )
+        if not caps.effort:
+            _fail("output_config.effort", "This model does not support the effort parameter.")
+        if effort == "xhigh" and not caps.xhigh_effort:
+            _fail(
+                "output_config.effort",
+                "'xhigh' is not supported for this model; use 'low', 'medium', 'high' or 'max'",
+            )
     if _given(config, "format"):
         fmt = _object(config["format"], "output_config.format")
         _only(fmt, frozenset({"type", "schema"}), "output_config.format")
@@ -452,7 +496,11 @@ def _output_config(value: object) -> None:
             "output_config.format.type",
             ("json_schema",),
         )
-        _object(_required(fmt, "schema", "output_config.format"), "output_config.format.schema")
+        schema = _object(
+            _required(fmt, "schema", "output_config.format"), "output_config.format.schema"
+        )
+        if grammar:
+            validate_schema_subset(schema, "output_config.format.schema")
 
 
 def _cache_control(value: object, path: str) -> None:
