@@ -534,6 +534,37 @@ async def test_json_mode_and_json_schema_replies_parse_as_json(stream: bool) -> 
                 assert set(parsed) == {"city", "days"}
 
 
+async def test_parse_with_pydantic_constraints_reaches_a_model_that_compiles_schemas() -> None:
+    """pydantic writes bounds (ge/le), nullable fields and nested models, which Anthropic's
+    grammar compiler refuses as written; reshaped, the call goes through on a current
+    model and the reply parses back into the type, constraints and all."""
+    from pydantic import BaseModel, Field
+
+    class Address(BaseModel):
+        city: str
+        postcode: str | None
+
+    class Person(BaseModel):
+        name: str
+        age: int = Field(ge=0, le=150)
+        address: Address
+
+    async with proxy_and_simulator() as (url, sim):
+        client = openai_client(url)
+        for model in ("claude-sonnet-4-6", "claude-opus-4-8"):
+            reply = await client.chat.completions.parse(
+                model=model,
+                messages=_user("Invent a person"),
+                response_format=Person,
+                reasoning_effort="low",
+            )
+            person = reply.choices[0].message.parsed
+            assert isinstance(person, Person)
+            assert 0 <= person.age <= 150
+        sent = (await sim.stats())["recent"][-1]
+        assert sent["status"] == 200
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 
