@@ -1683,3 +1683,19 @@ def test_input_tokens_ignore_key_order_and_parameters() -> None:
     assert a.input_tokens == b.input_tokens
     assert a.digest != b.digest  # max_tokens changes the reply
     assert a.digest == analyse_prompt({**body(), "stream": True}, seed=0).digest
+
+
+def test_a_json_only_prompt_that_spells_out_a_schema_gets_an_example_of_it() -> None:
+    """JSON-mode clients (instructor, pydantic-ai's prompted output) put the schema in the
+    prompt and validate the reply against it, as a model would follow it."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    system = f"Answer in JSON matching this json_schema:\n\n{json.dumps(schema, indent=2)}\n"
+    reply = reply_for(body(system=system, messages=msgs("Invent someone")), reply_tokens=500)
+    assert json.loads(reply.blocks[0].text) == {"name": "name value", "age": 42}
+    # No schema in sight (or only JSON that is no schema): a JSON object all the same.
+    plain = reply_for(body(system='Reply only in JSON, like {"a": 1}.', messages=msgs("hi")))
+    assert set(json.loads(plain.blocks[0].text)) == {"reply"}

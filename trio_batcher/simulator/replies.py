@@ -9,8 +9,10 @@ reply -- an optional thinking block, then one of
   offered tool, at most four, or just the first with ``disable_parallel_tool_use``; ``auto``
   prefixes a short text block);
 * a JSON document valid for ``output_config.format``'s schema;
-* a JSON object (``{"reply": ...}``) when the system prompt asks for JSON, as a model told
-  to answer only in JSON does (what OpenAI-style JSON mode becomes upstream);
+* a JSON object when the system prompt asks for JSON, as a model told to answer only in
+  JSON does (what OpenAI-style JSON mode becomes upstream): an example of the JSON Schema
+  the prompt spells out, if it holds one (instructor, pydantic-ai and the like put one
+  there), else ``{"reply": ...}``;
 * a text that mentions the tool results of the last user turn;
 * a text echoing the first words of the last user message,
 
@@ -174,9 +176,14 @@ def build_reply(
         blocks.extend(_tool_blocks(tools, choice, digest))
     elif isinstance(fmt, dict):
         blocks.append(Block("text", _chunks(json.dumps(example_value(fmt["schema"])))))
-    elif "JSON" in _system_text(body):
-        reply = "".join(_words(f"Simulated reply to '{echo}':", reply_tokens, rng))
-        blocks.append(Block("text", _chunks(json.dumps({"reply": reply}))))
+    elif "JSON" in (system := _system_text(body)):
+        schema = _schema_in(system) or _schema_in(" ".join(last_user_texts(body)))
+        if schema is not None:
+            document: Any = example_value(schema)
+        else:
+            reply = "".join(_words(f"Simulated reply to '{echo}':", reply_tokens, rng))
+            document = {"reply": reply}
+        blocks.append(Block("text", _chunks(json.dumps(document))))
     elif results is not None:
         count, texts = results
         header = f"Simulated reply using {count} tool result(s): '{_first_words(texts)}':"
@@ -269,6 +276,28 @@ def _words(header: str, n_tokens: int, rng: random.Random) -> tuple[str, ...]:
 
 def _chunks(text: str) -> tuple[str, ...]:
     return tuple(text[i : i + JSON_PIECE_CHARS] for i in range(0, len(text), JSON_PIECE_CHARS))
+
+
+_MAX_SCHEMA_SCAN: Final = 64  # "{" positions tried: prompts are long, schemas come early
+
+
+def _schema_in(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` that looks like a JSON Schema (it has
+    ``properties``), if any."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    for _ in range(_MAX_SCHEMA_SCAN):
+        if start < 0:
+            return None
+        try:
+            found, end = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(found, dict) and isinstance(found.get("properties"), dict):
+            return found
+        start = text.find("{", end)
+    return None
 
 
 def _system_text(body: Mapping[str, Any]) -> str:
