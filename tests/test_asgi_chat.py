@@ -58,7 +58,7 @@ async def _inner(scope: Any, receive: Any, send: Any) -> None:
 
 
 class _Broken:
-    async def handle(self, payload: object, arrived: float) -> Any:
+    async def handle(self, payload: object, arrived: float, *, large: bool = False) -> Any:
         raise RuntimeError("a bug")
 
 
@@ -324,3 +324,111 @@ async def test_error_answers_carry_server_timing_too() -> None:
         for response, status in ((unreadable, 400), (invalid, 400), (shed, 429)):
             assert response.status_code == status
             assert re.match(pattern, response.headers["server-timing"]), response.headers
+
+
+async def test_a_body_still_arriving_at_the_deadline_is_a_408_that_closes_the_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A slow drip (a byte now and then) must not hold a connection and a buffer for ever."""
+    refused: list[int] = []
+
+    class _Counting:
+        async def handle(self, payload: object, arrived: float) -> Any:
+            raise AssertionError("the pipeline must not run")
+
+        def record_refused(self, status: int, arrived: float) -> Any:
+            refused.append(status)
+            from trio_batcher.metrics import Timing
+
+            return Timing(total=trio.current_time() - arrived)
+
+    counting: Any = _Counting()
+    endpoint = ChatEndpoint(
+        _inner, lambda: counting, max_body_bytes=1000, api_keys=(), body_timeout=30.0
+    )
+    call = _Recorder(b'{"model": "claude')
+    call.incoming[0]["more_body"] = True  # ...and the rest never comes
+    await endpoint(_scope(), call.receive, call.send)
+    assert trio.current_time() == 30.0
+    assert call.status == 408
+    headers = dict(call.messages[0]["headers"])
+    assert headers[b"connection"] == b"close"
+    assert b'"code":"request_timeout"' in call.body
+    assert refused == [408]
+
+
+async def test_other_routes_get_their_body_read_first_and_a_large_one_is_413() -> None:
+    """No route but the chat POST takes a body; hypercorn can leave a connection whose
+    body was never read stuck for good, so the body is read before the route answers."""
+    seen: list[bytes] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((await receive())["body"])
+        await _inner(scope, receive, send)
+
+    endpoint = ChatEndpoint(inner, lambda: None, max_body_bytes=1000, api_keys=())
+    with_body = {**_scope("/health", "GET"), "headers": [(b"content-length", b"3")]}
+    small = _Recorder(b"abc")
+    await endpoint(with_body, small.receive, small.send)
+    assert (small.status, seen) == (299, [b""])
+
+    large = _Recorder(b"x" * 65_537)
+    await endpoint(
+        {**with_body, "headers": [(b"content-length", b"65537")]}, large.receive, large.send
+    )
+    assert large.status == 413
+    assert dict(large.messages[0]["headers"])[b"connection"] == b"close"
+    assert seen == [b""]  # the route never ran
+
+
+async def test_large_bodies_are_parsed_and_translated_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Same answers, same errors, whichever side of the size line a body falls."""
+    monkeypatch.setattr("trio_batcher.asgi_chat.LARGE_BODY_BYTES", 10)
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient(timeout=10) as http:
+        chat = f"{url}/v1/chat/completions"
+        fine = await http.post(chat, json=HELLO)
+        assert fine.status_code == 200
+        assert fine.json()["choices"][0]["message"]["content"]
+        bad = await http.post(chat, json={**HELLO, "temperature": "hot"})
+        assert (bad.status_code, bad.json()["error"]["param"]) == (400, "temperature")
+        unparsable = await http.post(chat, content=b"{" * 20)
+        assert unparsable.json()["error"]["code"] == "invalid_json"
+        assert (await sim.stats())["requests_total"] == 1
+
+
+async def test_a_request_too_large_once_translated_is_413_and_never_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("trio_batcher.upstream.MAX_REQUEST_BYTES", 1000)
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient(timeout=10) as http:
+        body = {**HELLO, "messages": [{"role": "user", "content": "x" * 2000}]}
+        response = await http.post(f"{url}/v1/chat/completions", json=body)
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "request_too_large"
+        assert (await sim.stats())["requests_total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "route"),
+    [
+        ("http:/v1/chat/completions", "/v1/chat/completions"),
+        ("http://gateway:8000/v1/models", "/v1/models"),
+        ("x:/v1/models", "/v1/models"),
+        ("", "/"),
+    ],
+)
+def test_an_absolute_or_empty_request_target_is_reduced_to_its_path(
+    target: str, route: str
+) -> None:
+    from trio_batcher.asgi_chat import normalize_path
+
+    assert normalize_path(target) == route
+
+
+async def test_a_visuals_name_the_file_system_cannot_take_is_a_404() -> None:
+    async with proxy_and_simulator() as (url, _sim), httpx2.AsyncClient() as http:
+        for name in ("%00x", "%00%0d2026-01-01 INFO forged", "x" * 300):
+            response = await http.get(f"{url}/visuals/{name}")
+            assert response.status_code == 404, name[:20]

@@ -62,6 +62,7 @@ BAD_VALUES = [
     ("ANTHROPIC_BASE_URL", "http://example.com:99999", "not a valid URL"),
     ("ANTHROPIC_VERSION", "2024-01-01", "expected one of"),
     ("DEFAULT_MODEL", "", "must name a model"),
+    ("KEEPALIVE_TIMEOUT_S", "0", "must be > 0"),
     ("DEFAULT_MODEL", "claude sonnet", "no spaces"),
     ("MAX_BODY_BYTES", "0", "must be >= 1"),
     ("PRICING_FILE", "/nonexistent/prices.json", "no such file"),
@@ -178,3 +179,12 @@ def test_asgi_module_with_bad_settings_exits_2_with_one_line() -> None:
     assert result.stderr.strip().splitlines() == [
         "trio-batcher: error: BATCH_MAX_SIZE: expected an integer, got 'abc'"
     ]
+
+
+def test_the_keep_alive_timeout_reaches_hypercorn_and_nothing_else_times_out_a_read() -> None:
+    from trio_batcher.serving import hypercorn_config
+
+    config = hypercorn_config("127.0.0.1", 0, keep_alive_timeout=65.0)
+    assert (config.keep_alive_timeout, config.read_timeout) == (65.0, None)
+    assert Settings.from_env({"KEEPALIVE_TIMEOUT_S": "65"}).keepalive_timeout_s == 65.0
+    assert Settings().keepalive_timeout_s == 5.0

@@ -206,6 +206,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             lambda: app.runtime.pipeline if app.runtime is not None else None,
             max_body_bytes=settings.max_body_bytes,
             api_keys=settings.proxy_api_keys,
+            body_timeout=settings.request_timeout_s,
         ),
         settings.cors_allow_origins,
         on_refused=lambda: app.record_rejected("origin_not_allowed"),
@@ -273,7 +274,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        # ascii(): the path is the client's, and must not write lines of its own into the log
+        log.exception("unhandled error on %s %s", request.method, ascii(request.path))
         return json_response(error_body("Internal proxy error.", "server_error"), 500)
 
     # -- auth -----------------------------------------------------------------------------
@@ -409,8 +411,12 @@ async def _visual_file(name: str) -> Response:
     root = _visuals_root()
     if root is None:
         raise ProxyError(404, "The visuals are not installed.", code="not_found")
-    path = (root / name).resolve()
-    if not path.is_file() or not path.is_relative_to(root.resolve()):
+    try:
+        path = (root / name).resolve()
+        found = path.is_file() and path.is_relative_to(root.resolve())
+    except (ValueError, OSError):  # a NUL in the name, a name too long
+        found = False
+    if not found:
         raise ProxyError(404, f"No such page: /visuals/{name}.", code="not_found")
     response = await send_file(path)
     response.headers["Cache-Control"] = "no-cache"

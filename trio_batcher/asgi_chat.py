@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, final
+from urllib.parse import urlsplit
 
 import trio
 
@@ -67,8 +69,12 @@ def normalize_path(path: str) -> str:
 
     ``http://host:8000/`` as a base URL gives ``//v1/chat/completions``; one without ``/v1``
     gives ``/chat/completions`` (other gateways answer both); a trailing slash sneaks in
-    the same way. Every layer behind this one, auth included, sees the canonical path.
+    the same way. A request target in absolute form (``http://host/v1/models``, which
+    HTTP/1.1 servers must accept) arrives with its scheme and host: only its path counts.
+    Every layer behind this one, auth included, sees the canonical path.
     """
+    if not path.startswith("/"):
+        path = "/" + urlsplit(path).path.lstrip("/")
     if "//" in path:
         path = _SLASHES.sub("/", path)
     if len(path) > 1 and path.endswith("/") and path.rstrip("/") in _API_ROOTS:
@@ -185,6 +191,9 @@ class ChatEndpoint:
       pipeline: returns the running app's ``ChatPipeline``, or None before startup.
       max_body_bytes: ``MAX_BODY_BYTES``.
       api_keys: ``PROXY_API_KEYS`` (empty: no key needed).
+      body_timeout: seconds from arrival by which the whole body must be in
+        (``REQUEST_TIMEOUT_S``); a client still sending then gets 408 and the connection is
+        closed, so a slow drip cannot hold a connection and a buffer for ever.
     """
 
     def __init__(
@@ -194,11 +203,16 @@ class ChatEndpoint:
         *,
         max_body_bytes: int,
         api_keys: tuple[str, ...],
+        body_timeout: float = math.inf,
     ) -> None:
         self._inner = inner
         self._pipeline = pipeline
         self._max_body_bytes = max_body_bytes
         self._api_keys = api_keys
+        self._body_timeout = body_timeout
+        # Large bodies are parsed in a worker thread, one at a time: the event loop keeps
+        # serving everyone else, and a flood of them queues instead of using every core.
+        self._large_bodies = trio.CapacityLimiter(1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -209,7 +223,7 @@ class ChatEndpoint:
             if path != scope["path"]:
                 scope = {**scope, "path": path, "raw_path": path.encode()}
         if scope["path"] != PATH or scope["method"] != "POST":
-            await self._inner(scope, receive, send)
+            await _without_a_body(self._inner, scope, receive, send)
             return
         arrived = trio.current_time()
         pipeline = self._pipeline()
@@ -217,11 +231,25 @@ class ChatEndpoint:
             if pipeline is None:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
             self._authenticate(scope)
-            raw = await self._read_body(scope, receive)
+            raw = None
+            with trio.move_on_at(arrived + self._body_timeout) as reading:
+                raw = await self._read_body(scope, receive)
+            if reading.cancelled_caught:
+                raise ProxyError(
+                    408,
+                    "The request body did not arrive in time (REQUEST_TIMEOUT_S).",
+                    code="request_timeout",
+                    headers={"Connection": "close"},
+                )
             if raw is None:  # the client left while sending its body: nothing to answer
                 pipeline.record_refused(CLIENT_CLOSED, arrived)
                 return
-            payload = parse_json_body(raw)
+            if len(raw) < LARGE_BODY_BYTES:
+                payload = parse_json_body(raw)
+            else:  # seconds of CPU for a pathological body: off the event loop
+                payload = await trio.to_thread.run_sync(
+                    parse_json_body, raw, limiter=self._large_bodies
+                )
         except Exception as exc:
             if pipeline is not None:
                 status = exc.status if isinstance(exc, ProxyError) else 500
@@ -232,7 +260,7 @@ class ChatEndpoint:
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            await _answer(pipeline, payload, arrived, send)
+            await _answer(pipeline, payload, arrived, send, large=len(raw) >= LARGE_BODY_BYTES)
             nursery.cancel_scope.cancel()
 
     def _authenticate(self, scope: Scope) -> None:
@@ -284,6 +312,54 @@ class ChatEndpoint:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+# A body this large is parsed and translated in a worker thread (a normal request is a few
+# KB and takes well under a millisecond; a 30 MB one with a million messages takes seconds).
+LARGE_BODY_BYTES: Final = 256 * 1024
+
+# No route but the chat POST takes a body; more than this on another one is refused.
+_MAX_OTHER_BODY: Final = 64 * 1024
+
+
+async def _without_a_body(inner: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Hand a request for another route to ``inner`` with its body already read.
+
+    Those routes never read a body, and hypercorn 0.18 sometimes leaves a connection
+    whose request body was not read stuck for good (no keep-alive timer, no read timeout),
+    a free way to pile up connections. So the body is read here, and one too large for any
+    route is answered 413 at once, closing the connection.
+    """
+    if not any(
+        (name == b"content-length" and value.strip() not in (b"", b"0"))
+        or name == b"transfer-encoding"
+        for name, value in scope["headers"]
+    ):
+        await inner(scope, receive, send)
+        return
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        size += len(message.get("body", b""))
+        if size > _MAX_OTHER_BODY:
+            error = ProxyError(
+                413,
+                f"{scope['method']} {scope['path']} takes no request body.",
+                code="body_not_allowed",
+                headers={"Connection": "close"},
+            )
+            await _send_error(send, error)
+            return
+        if not message.get("more_body", False):
+            break
+    read: list[Message] = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def replay() -> Message:
+        return read.pop() if read else await receive()
+
+    await inner(scope, replay, send)
+
+
 async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
     while True:
         message = await receive()
@@ -292,10 +368,12 @@ async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> No
             return
 
 
-async def _answer(pipeline: ChatPipeline, payload: object, arrived: float, send: Send) -> None:
+async def _answer(
+    pipeline: ChatPipeline, payload: object, arrived: float, send: Send, *, large: bool
+) -> None:
     """Run the pipeline and send its answer; raises only ``trio.Cancelled``."""
     try:
-        reply = await pipeline.handle(payload, arrived)
+        reply = await pipeline.handle(payload, arrived, large=large)
     except Exception as exc:
         await _send_error(send, exc)
         return

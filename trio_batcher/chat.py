@@ -128,6 +128,7 @@ class ChatPipeline:
     ) -> None:
         self._settings = settings
         self._resilience = resilience or Resilience()
+        self._large_bodies = trio.CapacityLimiter(1)
         self._upstream = upstream
         self._dispatcher = dispatcher
         self._gate = gate
@@ -138,10 +139,21 @@ class ChatPipeline:
             anthropic_version=settings.anthropic_version,
         )
 
-    async def handle(self, payload: object, arrived: float) -> JSONReply | StreamReply:
-        """Answer one request body; raises ``ProxyError`` for anything but success."""
+    async def handle(
+        self, payload: object, arrived: float, *, large: bool = False
+    ) -> JSONReply | StreamReply:
+        """Answer one request body; raises ``ProxyError`` for anything but success.
+
+        ``large``: translate in a worker thread (one at a time), so that a body with a
+        million parts does not stall every other request on the event loop.
+        """
         try:
-            tr = translate_request(payload, self._options)
+            if large:
+                tr = await trio.to_thread.run_sync(
+                    translate_request, payload, self._options, limiter=self._large_bodies
+                )
+            else:
+                tr = translate_request(payload, self._options)
         except ProxyError as exc:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.

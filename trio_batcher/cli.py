@@ -21,7 +21,7 @@ import trio
 
 from .app import create_app
 from .bench import add_bench_parser, run_bench
-from .serving import serve_app, tune_gc_for_serving
+from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
 
@@ -204,6 +204,7 @@ async def _exit_if_stuck(stop: trio.Event, budget_s: float) -> None:
 
 
 async def _serve(args: argparse.Namespace, settings: Settings) -> None:
+    raise_open_file_limit()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(_stop_on_signals, stop)
@@ -229,6 +230,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
                     args.port,
                     shutdown=stop,
                     graceful_timeout=_CLOSE_TIMEOUT_S,
+                    keep_alive_timeout=settings.keepalive_timeout_s,
                     access_log=args.access_log,
                 )
             )

@@ -9,6 +9,7 @@ shutdown. Binding port 0 picks a free ephemeral port.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 from functools import partial
@@ -23,13 +24,21 @@ _GC_GEN0_THRESHOLD = 50_000
 
 
 def hypercorn_config(
-    host: str, port: int, *, graceful_timeout: float = 30.0, access_log: bool = False
+    host: str,
+    port: int,
+    *,
+    graceful_timeout: float = 30.0,
+    keep_alive_timeout: float = 5.0,
+    access_log: bool = False,
 ) -> Config:
     config = Config()
     config.bind = [f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"]
     config.graceful_timeout = graceful_timeout
-    # LLM calls and SSE streams outlive hypercorn's defaults; our own deadlines govern them.
-    config.keep_alive_timeout = 75.0
+    # Short: hypercorn 0.18 holds a connection its client closed before sending anything
+    # for the whole keep-alive timeout, so a long one lets bare connects use up file
+    # descriptors (KEEPALIVE_TIMEOUT_S). It never cuts a request: it runs only while idle.
+    config.keep_alive_timeout = keep_alive_timeout
+    # No read timeout: SSE streams and LLM calls outlive any; the request deadline rules.
     config.read_timeout = None
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
@@ -53,6 +62,23 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+def raise_open_file_limit() -> None:
+    """Lift the soft limit on open files to the hard one.
+
+    Every client connection and upstream connection is a file descriptor, and the usual
+    soft limit (1024) is reached by a few hundred idle keep-alive clients; the hard limit is
+    what the administrator meant to allow. Process-wide: entry points only.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def parse_bind(bind: str) -> tuple[str, int]:
     """``"127.0.0.1:8000"`` / ``"[::1]:8000"`` → ``("127.0.0.1", 8000)``."""
     host, _, port = bind.rpartition(":")
@@ -66,6 +92,7 @@ async def serve_app(
     *,
     shutdown: trio.Event | None = None,
     graceful_timeout: float = 30.0,
+    keep_alive_timeout: float = 5.0,
     access_log: bool = False,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -77,7 +104,13 @@ async def serve_app(
     starts after it returns.
     """
     drain = getattr(app, "drain", None)
-    config = hypercorn_config(host, port, graceful_timeout=graceful_timeout, access_log=access_log)
+    config = hypercorn_config(
+        host,
+        port,
+        graceful_timeout=graceful_timeout,
+        keep_alive_timeout=keep_alive_timeout,
+        access_log=access_log,
+    )
 
     async def trigger() -> None:
         if shutdown is None:

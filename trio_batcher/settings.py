@@ -382,6 +382,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "On SIGTERM/SIGINT, how long in-flight requests and streams may finish.",
     ),
     SettingSpec(
+        "KEEPALIVE_TIMEOUT_S",
+        "keepalive_timeout_s",
+        _float(0, strict=True),
+        5.0,
+        "How long an idle client connection stays open (raise it above a load balancer's "
+        "idle timeout).",
+    ),
+    SettingSpec(
         "PROXY_API_KEYS",
         "proxy_api_keys",
         _header_secrets,
@@ -437,6 +445,7 @@ class Settings:
     acquire_timeout_s: float = 5.0
     retry_after_s: int = 1
     shutdown_grace_s: float = 30.0
+    keepalive_timeout_s: float = 5.0
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 32 * _MIB

@@ -37,6 +37,8 @@ _CONNECT_TIMEOUT_S: Final = 10.0
 # is cut short instead of filling memory.
 MAX_REPLY_BYTES: Final = 32 * 1024 * 1024
 MAX_ERROR_BYTES: Final = 64 * 1024
+# Anthropic's own limit on a Messages request; a larger one is refused here, unsent.
+MAX_REQUEST_BYTES: Final = 32 * 1024 * 1024
 _REDACTED: Final = "[redacted]"
 # Anthropic pages its model list (at most 1000 a page); this many pages is plenty.
 _MAX_MODEL_PAGES: Final = 10
@@ -265,6 +267,16 @@ class UpstreamClient:
 
     async def _send(self, body: Mapping[str, Any]) -> PooledResponse:
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(content) > MAX_REQUEST_BYTES:
+            # The translation can outgrow the client's body (each OpenAI message becomes a
+            # block list); the upstream would only refuse it after reading it all.
+            raise ProxyError(
+                413,
+                f"The request is {len(content)} bytes once translated, more than the "
+                f"upstream's limit of {MAX_REQUEST_BYTES}.",
+                type="invalid_request_error",
+                code="request_too_large",
+            )
         return await self._request(b"POST", self._url, content)
 
     async def _request(self, method: bytes, url: httpcore2.URL, content: bytes) -> PooledResponse:
