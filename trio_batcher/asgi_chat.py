@@ -119,7 +119,7 @@ def parse_json_body(raw: bytes) -> object:
     except RecursionError:
         raise _too_deep() from None
     # A chat request has a few dozen brackets; only a body with many can be deep.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and deeper_than(payload, MAX_JSON_DEPTH):
+    if deeper_than(text, MAX_JSON_DEPTH):
         raise _too_deep()
     if "\\ud" in text or "\\uD" in text:
         where = _lone_surrogate(payload, "")

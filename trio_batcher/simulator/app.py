@@ -265,7 +265,7 @@ async def _read_json(config: SimulatorConfig) -> tuple[bytes, Any]:
         body = json.loads(raw)
     except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
         raise SimulatorError(400, "body: There was an error parsing the body as JSON") from None
-    if raw.count(b"[") + raw.count(b"{") > _MAX_JSON_DEPTH and deeper_than(body, _MAX_JSON_DEPTH):
+    if deeper_than(raw.decode(json.detect_encoding(raw), "replace"), _MAX_JSON_DEPTH):
         raise SimulatorError(400, f"body: JSON nesting exceeds {_MAX_JSON_DEPTH} levels")
     return raw, body
 
