@@ -432,3 +432,11 @@ async def test_a_visuals_name_the_file_system_cannot_take_is_a_404() -> None:
         for name in ("%00x", "%00%0d2026-01-01 INFO forged", "x" * 300):
             response = await http.get(f"{url}/visuals/{name}")
             assert response.status_code == 404, name[:20]
+
+
+async def test_only_the_pages_and_their_assets_are_served_from_visuals() -> None:
+    async with proxy_and_simulator() as (url, _sim), httpx2.AsyncClient() as http:
+        assert (await http.get(f"{url}/visuals/results.html")).status_code == 200
+        assert (await http.get(f"{url}/visuals/assets/style.css")).status_code == 200
+        for script in ("build_data.py", "record_metrics.py"):
+            assert (await http.get(f"{url}/visuals/{script}")).status_code == 404

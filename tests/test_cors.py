@@ -176,3 +176,14 @@ def test_cors_allow_origins_parses_origins(raw: str, parsed: tuple[str, ...]) ->
 def test_cors_allow_origins_rejects_what_is_not_an_origin(raw: str) -> None:
     with pytest.raises(SettingsError, match="CORS_ALLOW_ORIGINS"):
         Settings.from_env({"CORS_ALLOW_ORIGINS": raw})
+
+
+async def test_two_origin_headers_are_refused_whatever_they_say() -> None:
+    async with (
+        proxy_and_simulator(cors_allow_origins=("http://good.example",)) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
+        headers = [("origin", "http://evil.example"), ("origin", "http://good.example")]
+        response = await http.post(f"{url}/v1/chat/completions", json=HELLO, headers=headers)
+        assert response.status_code == 403
+        assert (await sim.stats())["requests_total"] == 0

@@ -394,6 +394,11 @@ _OTHER_OPENAI_APIS: Final = {
 }
 
 
+# What the pages are made of; a source checkout's visuals/ also holds the scripts that
+# build their data, which are not for serving.
+_VISUAL_SUFFIXES: Final = frozenset({".html", ".js", ".json", ".css", ".svg", ".png"})
+
+
 def _visuals_root() -> Path | None:
     """Where the pages are: packaged as ``trio_batcher.visuals``, or a source checkout's
     top-level ``visuals/`` (editable installs)."""
@@ -413,7 +418,11 @@ async def _visual_file(name: str) -> Response:
         raise ProxyError(404, "The visuals are not installed.", code="not_found")
     try:
         path = (root / name).resolve()
-        found = path.is_file() and path.is_relative_to(root.resolve())
+        found = (
+            path.suffix in _VISUAL_SUFFIXES
+            and path.is_file()
+            and path.is_relative_to(root.resolve())
+        )
     except (ValueError, OSError):  # a NUL in the name, a name too long
         found = False
     if not found:

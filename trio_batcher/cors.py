@@ -78,7 +78,9 @@ class OriginPolicy:
         origin = request_method = request_headers = None
         for name, value in scope["headers"]:
             if name == b"origin":
-                origin = value
+                # Browsers send one; two can only be forged, and the layers behind would
+                # not agree on which one counts: refused as a whole.
+                origin = value if origin is None else b"(several Origin headers)"
             elif name == b"access-control-request-method":
                 request_method = value
             elif name == b"access-control-request-headers":
