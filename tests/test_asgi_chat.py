@@ -440,3 +440,28 @@ async def test_only_the_pages_and_their_assets_are_served_from_visuals() -> None
         assert (await http.get(f"{url}/visuals/assets/style.css")).status_code == 200
         for script in ("build_data.py", "record_metrics.py"):
             assert (await http.get(f"{url}/visuals/{script}")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([(b"content-length", b"3"), (b"transfer-encoding", b"chunked")], 400),
+        ([(b"x-filler-%d" % i, b"x") for i in range(101)], 431),
+    ],
+    ids=["length_and_chunked", "header_flood"],
+)
+async def test_requests_no_client_sends_are_refused_and_the_connection_closed(
+    headers: list[tuple[bytes, bytes]], status: int
+) -> None:
+    called: list[bool] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        called.append(True)
+
+    endpoint = ChatEndpoint(inner, lambda: None, max_body_bytes=1000, api_keys=())
+    for scope in (_scope(), _scope("/health", "GET")):
+        call = _Recorder(b"abc")
+        await endpoint({**scope, "headers": headers}, call.receive, call.send)
+        assert call.status == status
+        assert dict(call.messages[0]["headers"])[b"connection"] == b"close"
+    assert called == []

@@ -218,6 +218,10 @@ class ChatEndpoint:
         if scope["type"] != "http":
             await self._inner(scope, receive, send)
             return
+        framing = _framing_error(scope["headers"])
+        if framing is not None:
+            await _send_error(send, framing)
+            return
         if scope["path"] != PATH:
             path = normalize_path(scope["path"])
             if path != scope["path"]:
@@ -315,6 +319,37 @@ class ChatEndpoint:
 # A body this large is parsed and translated in a worker thread (a normal request is a few
 # KB and takes well under a millisecond; a 30 MB one with a million messages takes seconds).
 LARGE_BODY_BYTES: Final = 256 * 1024
+
+# More header fields than any client sends; a request with more is refused (431).
+MAX_HEADER_FIELDS: Final = 100
+
+
+def _framing_error(headers: list[tuple[bytes, bytes]]) -> ProxyError | None:
+    """Requests no client sends and a front proxy may read differently from hypercorn.
+
+    ``Content-Length`` with ``Transfer-Encoding`` is the request-smuggling shape: h11 goes by
+    the chunked encoding and keeps the connection, where RFC 9112 says to close it, so a
+    proxy in front that trusted the length would see a different next request. Such a
+    request, or one with a flood of header fields, is answered 400/431 and the connection
+    closed.
+    """
+    if len(headers) > MAX_HEADER_FIELDS:
+        return ProxyError(
+            431,
+            f"The request has more than {MAX_HEADER_FIELDS} header fields.",
+            code="request_header_fields_too_large",
+            headers={"Connection": "close"},
+        )
+    names = {name for name, _ in headers}
+    if b"content-length" in names and b"transfer-encoding" in names:
+        return ProxyError(
+            400,
+            "The request has both Content-Length and Transfer-Encoding.",
+            code="bad_request",
+            headers={"Connection": "close"},
+        )
+    return None
+
 
 # No route but the chat POST takes a body; more than this on another one is refused.
 _MAX_OTHER_BODY: Final = 64 * 1024
