@@ -383,10 +383,13 @@ async def test_gauges_return_to_idle_after_a_mix_of_outcomes() -> None:
     async with proxy_and_simulator(config, **changes) as (url, sim), _http() as http:
         texts = ["ok", "[[sim:status=500]]", "[[sim:hang=1]]", "[[sim:status=529]]", "ok"]
 
+        answered: list[int] = []
+
         async def one(i: int) -> None:
             body = _body(f"{texts[i % len(texts)]} {i}", stream=i % 2 == 0)
             with trio.move_on_after(0.3 if i % 7 == 0 else 10):  # some clients leave mid-way
                 async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    answered.append(i)
                     async for _ in r.aiter_raw():
                         pass
 
@@ -396,10 +399,15 @@ async def test_gauges_return_to_idle_after_a_mix_of_outcomes() -> None:
         await _assert_idle(http, url)
         await _wait_for(sim, lambda s: s["in_flight"] == 0)
         metrics = (await http.get(f"{url}/metrics")).json()
-        assert metrics["requests"]["total"] + metrics["rejected"]["total"] == 30, (
+        # Every answered request is counted once; a client that gave up before its request
+        # reached the proxy (a loaded machine) may not be, since nothing arrived.
+        counted = metrics["requests"]["total"] + metrics["rejected"]["total"]
+        assert len(answered) <= counted <= 30, (
+            len(answered),
             metrics["requests"]["by_status"],
             metrics["rejected"],
         )
+        assert counted >= 30 - sum(1 for i in range(30) if i % 7 == 0 and i not in answered)
 
 
 async def test_a_stream_client_that_stops_reading_frees_its_slot_at_the_deadline() -> None:
