@@ -118,7 +118,6 @@ def parse_json_body(raw: bytes) -> object:
         ) from None
     except RecursionError:
         raise _too_deep() from None
-    # A chat request has a few dozen brackets; only a body with many can be deep.
     if deeper_than(text, MAX_JSON_DEPTH):
         raise _too_deep()
     if "\\ud" in text or "\\uD" in text:
