@@ -452,36 +452,44 @@ async def _data_lines(response: httpx2.Response, content_seen: trio.Event) -> As
             yield line[6:]
 
 
-async def _lingering_upstream(scope: Any, receive: Any, send: Any) -> None:
-    """A whole stream, message_stop included, on a body it never ends."""
-    if scope["type"] == "lifespan":
-        await _fake_upstream(_echo_the_key)(scope, receive, send)
-        return
-    await receive()
-    sse = _sse(_whole_stream())
-    headers = [(b"content-type", b"text/event-stream")]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": sse, "more_body": True})
-    while (await receive())["type"] != "http.disconnect":  # until the proxy hangs up
-        pass
+def _lingering_upstream(hung_up: trio.Event) -> Any:
+    """A whole stream, message_stop included, on a body it never ends; ``hung_up`` is set
+    when the proxy closes the connection."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _fake_upstream(_echo_the_key)(scope, receive, send)
+            return
+        await receive()
+        sse = _sse(_whole_stream())
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": sse, "more_body": True})
+        while (await receive())["type"] != "http.disconnect":  # until the proxy hangs up
+            pass
+        hung_up.set()
+
+    return app
 
 
-async def test_a_stream_is_whole_at_message_stop_even_if_the_upstream_lingers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The client's stream ends at message_stop. Reading the upstream body's end (for
-    connection reuse) goes on without it, however long it is allowed to take."""
-    monkeypatch.setattr("trio_batcher.chat._LINGER_AFTER_STOP_S", 2.5)
+async def test_a_stream_is_whole_at_message_stop_even_if_the_upstream_lingers() -> None:
+    """The client's stream ends at message_stop: the proxy does not wait for the upstream
+    body's end (read afterwards, for connection reuse) before writing [DONE]."""
+    hung_up = trio.Event()
     async with (
-        _proxy_before(_lingering_upstream) as url,
+        _proxy_before(_lingering_upstream(hung_up)) as url,
         httpx2.AsyncClient(timeout=30) as http,
     ):
         body = {**HELLO, "stream": True}
-        with trio.fail_after(1.5):  # neither REQUEST_TIMEOUT_S (600 s) nor the 2.5 s linger
+        with trio.fail_after(10):  # not REQUEST_TIMEOUT_S (600 s): a hang is a failure
             async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
                 text = (await response.aread()).decode()
+        # The whole answer arrived while the upstream connection was still open.
+        assert not hung_up.is_set()
         assert text.rstrip().endswith("data: [DONE]")
         assert '"finish_reason":"stop"' in text
+        with trio.fail_after(10):  # and the linger is bounded: the proxy hangs up in time
+            await hung_up.wait()
 
 
 async def test_an_upstream_that_echoes_the_key_does_not_leak_it() -> None:

@@ -121,6 +121,18 @@ async def test_cancelled_call_leaves_the_pool_consistent() -> None:
         assert pool.connections_opened == 2
 
 
+async def _read_request(stream: trio.SocketStream, data: bytes) -> bytes:
+    """Read one request with a Content-Length body (``data``: bytes already received);
+    returns whatever arrived after it."""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    head, _, data = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(data) < length:
+        data += await stream.receive_some(65536)
+    return data[length:]
+
+
 async def _one_shot_server(
     replies: list[bytes], task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -128,13 +140,7 @@ async def _one_shot_server(
 
     async def handle(stream: trio.SocketStream) -> None:
         async with stream:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += await stream.receive_some(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            while len(body) < length:
-                body += await stream.receive_some(65536)
+            await _read_request(stream, b"")
             reply = replies.pop(0)
             await stream.send_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -189,13 +195,7 @@ async def _scripted_server(
         async with stream:
             data = b""
             for request in range(100):
-                while b"\r\n\r\n" not in data:
-                    data += await stream.receive_some(65536)
-                head, _, data = data.partition(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                while len(data) < length:
-                    data += await stream.receive_some(65536)
-                data = data[length:]
+                data = await _read_request(stream, data)
                 reply = answer(connection, request)
                 if reply is None:
                     return

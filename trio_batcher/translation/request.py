@@ -241,7 +241,8 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         "max_tokens": options.default_max_tokens,
         "messages": conversation.messages,
     }
-    _check_prefill(body, payload["messages"])
+    traits = traits_for(body["model"])
+    _check_prefill(body, payload["messages"], traits)
     system = conversation.system
     cap = _max_tokens(payload, ignored)
     cap_param = (
@@ -270,12 +271,19 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     if user_id:
         body["metadata"] = {"user_id": user_id}
 
-    thinking = _thinking(payload, body, cap, options, ignored)
+    thinking = _thinking(payload, body, cap, traits, options, ignored)
     if thinking is not None:
         body["thinking"] = thinking
     elif cap is not None:
         body["max_tokens"] = cap
-    _sampling(payload, body, thinking_on=thinking is not None, options=options, ignored=ignored)
+    _sampling(
+        payload,
+        body,
+        thinking_on=thinking is not None,
+        traits=traits,
+        options=options,
+        ignored=ignored,
+    )
 
     _check_cache_breakpoints(body, payload)
     if stream:
@@ -300,11 +308,11 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     )
 
 
-def _check_prefill(body: Mapping[str, Any], messages: object) -> None:
+def _check_prefill(body: Mapping[str, Any], messages: object, traits: ModelTraits) -> None:
     """A conversation ending with an assistant turn is a prefill, which Claude models from
     4.6 on refuse. Say so before sending, naming the message, rather than pass on a 400
     that blames a field the client never wrote."""
-    if body["messages"][-1]["role"] != "assistant" or traits_for(body["model"]).prefill:
+    if body["messages"][-1]["role"] != "assistant" or traits.prefill:
         return
     assistants = [
         i
@@ -647,6 +655,7 @@ def _thinking(
     payload: Mapping[str, Any],
     body: dict[str, Any],
     cap: int | None,
+    traits: ModelTraits,
     options: TranslationOptions,
     ignored: _Ignored,
 ) -> dict[str, Any] | None:
@@ -675,7 +684,6 @@ def _thinking(
             param="reasoning_effort",
         )
     budget = THINKING_BUDGETS[effort]
-    traits = traits_for(body["model"])
     if cap is not None and not traits.adaptive_thinking:
         budget = min(budget, cap - 1)
     forced_tool = body.get("tool_choice", {}).get("type") in ("any", "tool")
@@ -727,6 +735,7 @@ def _sampling(
     body: dict[str, Any],
     *,
     thinking_on: bool,
+    traits: ModelTraits,
     options: TranslationOptions,
     ignored: _Ignored,
 ) -> None:
@@ -748,11 +757,7 @@ def _sampling(
         for key, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k))
         if value is not None
     ]
-    if (
-        options.anthropic_version == API_2026
-        or thinking_on
-        or not traits_for(body["model"]).sampling
-    ):
+    if options.anthropic_version == API_2026 or thinking_on or not traits.sampling:
         for key, _ in given:
             ignored.add(key)
         return
