@@ -19,8 +19,8 @@ import pytest
 import trio
 from support import proxy_and_simulator
 
-from trio_batcher.asgi_chat import ChatEndpoint
-from trio_batcher.chat import ChatPipeline
+from trio_batcher.edge.endpoint import ChatEndpoint
+from trio_batcher.pipeline.core import ChatPipeline
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello there"}]}
 
@@ -338,7 +338,7 @@ async def test_a_body_still_arriving_at_the_deadline_is_a_408_that_closes_the_co
 
         def record_refused(self, status: int, arrived: float) -> Any:
             refused.append(status)
-            from trio_batcher.metrics import Timing
+            from trio_batcher.observatory.metrics import Timing
 
             return Timing(total=trio.current_time() - arrived)
 
@@ -385,7 +385,7 @@ async def test_large_bodies_are_parsed_and_translated_off_the_event_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Same answers, same errors, whichever side of the size line a body falls."""
-    monkeypatch.setattr("trio_batcher.asgi_chat.LARGE_BODY_BYTES", 10)
+    monkeypatch.setattr("trio_batcher.edge.endpoint.LARGE_BODY_BYTES", 10)
     async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient(timeout=10) as http:
         chat = f"{url}/v1/chat/completions"
         fine = await http.post(chat, json=HELLO)
@@ -401,7 +401,7 @@ async def test_large_bodies_are_parsed_and_translated_off_the_event_loop(
 async def test_a_request_too_large_once_translated_is_413_and_never_sent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("trio_batcher.upstream.MAX_REQUEST_BYTES", 1000)
+    monkeypatch.setattr("trio_batcher.upstream.client.MAX_REQUEST_BYTES", 1000)
     async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient(timeout=10) as http:
         body = {**HELLO, "messages": [{"role": "user", "content": "x" * 2000}]}
         response = await http.post(f"{url}/v1/chat/completions", json=body)
@@ -422,7 +422,7 @@ async def test_a_request_too_large_once_translated_is_413_and_never_sent(
 def test_an_absolute_or_empty_request_target_is_reduced_to_its_path(
     target: str, route: str
 ) -> None:
-    from trio_batcher.asgi_chat import normalize_path
+    from trio_batcher.edge.endpoint import normalize_path
 
     assert normalize_path(target) == route
 

@@ -9,8 +9,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batcher.batching import Batcher, FlushReason
-from trio_batcher.dispatch import DirectDispatcher, Dispatcher, Ticket
+from trio_batcher.admission.dispatch import DirectDispatcher, Dispatcher, Ticket
+from trio_batcher.admission.windows import Batcher, FlushReason
 from trio_batcher.errors import ProxyError
 
 

@@ -16,10 +16,10 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trio_batcher.batching import Batcher, FlushReason
-from trio_batcher.dispatch import Ticket
+from trio_batcher.admission.dispatch import Ticket
+from trio_batcher.admission.gate import AdmissionGate, Shed
+from trio_batcher.admission.windows import Batcher, FlushReason
 from trio_batcher.errors import ProxyError
-from trio_batcher.gate import AdmissionGate, Shed
 
 # Coarse time grids make simultaneous events (the interesting races) common.
 TIMES = st.sampled_from([0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0])

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batcher.gate import AdmissionGate, Shed, Slot
+from trio_batcher.admission.gate import AdmissionGate, Shed, Slot
 
 
 def assert_consistent(gate: AdmissionGate, *, active: int, waiting: int = 0) -> None:

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from trio_batcher.metrics import (
+from trio_batcher.observatory.metrics import (
     LATENCY_BUCKETS,
     Gauges,
     MetricsRegistry,
     Timing,
     percentile,
 )
-from trio_batcher.pricing import PriceTable, load_pricing
+from trio_batcher.observatory.pricing import PriceTable, load_pricing
 
 SONNET = "claude-sonnet-4-5-20250929"
 MILLION = 1_000_000

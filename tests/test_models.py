@@ -11,8 +11,7 @@ import trio
 import trio.testing
 from support import openai_client, proxy_and_simulator
 
-from trio_batcher.errors import ProxyError
-from trio_batcher.models import (
+from trio_batcher.edge.models import (
     FRESH_FOR_S,
     KNOWN_MODELS,
     RETRY_AFTER_FAILURE_S,
@@ -21,6 +20,7 @@ from trio_batcher.models import (
     from_anthropic,
     list_models,
 )
+from trio_batcher.errors import ProxyError
 from trio_batcher.simulator import SimulatorConfig
 from trio_batcher.simulator.models import CATALOGUE
 

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 import trio
 
-from trio_batcher.batching import Batcher
-from trio_batcher.chat import ChatPipeline, JSONReply
-from trio_batcher.dispatch import DirectDispatcher, Dispatcher
+from trio_batcher.admission.dispatch import DirectDispatcher, Dispatcher
+from trio_batcher.admission.gate import AdmissionGate
+from trio_batcher.admission.windows import Batcher
 from trio_batcher.errors import ProxyError
-from trio_batcher.gate import AdmissionGate
-from trio_batcher.metrics import MetricsRegistry
-from trio_batcher.pricing import load_pricing
-from trio_batcher.resilience import Resilience, ResilienceConfig
+from trio_batcher.observatory.metrics import MetricsRegistry
+from trio_batcher.observatory.pricing import load_pricing
+from trio_batcher.pipeline.core import ChatPipeline, JSONReply
 from trio_batcher.settings import Settings
-from trio_batcher.upstream import UpstreamReply
+from trio_batcher.upstream.client import UpstreamReply
+from trio_batcher.upstream.resilience import Resilience, ResilienceConfig
 
 MESSAGE = {
     "id": "msg_1",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trio_batcher.pricing import ModelPrice, PriceTable, TokenUsage, load_pricing
+from trio_batcher.observatory.pricing import ModelPrice, PriceTable, TokenUsage, load_pricing
 
 # WIRE.md's price table, one row per family it names:
 # family -> (input, cache write 5m, cache write 1h, cache read, output), USD per million tokens.

@@ -10,10 +10,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_batcher.metrics import LATENCY_BUCKETS, Gauges, MetricsRegistry, Timing
-from trio_batcher.pricing import load_pricing
-from trio_batcher.prometheus import PrometheusExporter
-from trio_batcher.resilience import ResilienceStatistics
+from trio_batcher.observatory.metrics import LATENCY_BUCKETS, Gauges, MetricsRegistry, Timing
+from trio_batcher.observatory.pricing import load_pricing
+from trio_batcher.observatory.prometheus import PrometheusExporter
+from trio_batcher.upstream.resilience import ResilienceStatistics
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-3-5-haiku-latest"

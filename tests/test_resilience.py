@@ -20,7 +20,8 @@ import trio
 import trio.testing
 
 from trio_batcher.errors import ProxyError
-from trio_batcher.resilience import (
+from trio_batcher.translation.openai_chat import upstream_error
+from trio_batcher.upstream.resilience import (
     AdaptiveLimit,
     Cooldown,
     Resilience,
@@ -35,7 +36,6 @@ from trio_batcher.resilience import (
     ratelimit_hold,
     retry_delay,
 )
-from trio_batcher.translation import upstream_error
 
 # -- upstream failures, as UpstreamClient raises them --------------------------------------
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_batcher.sse import DONE, SSEDecoder, SSEError, SSEEvent, encode_data
+from trio_batcher.upstream.sse import DONE, SSEDecoder, SSEError, SSEEvent, encode_data
 
 DECODE = [
     # (id, wire bytes, expected (event, data) pairs)

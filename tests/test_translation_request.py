@@ -17,9 +17,13 @@ from hypothesis import strategies as st
 
 from trio_batcher.errors import ProxyError
 from trio_batcher.simulator.validation import validate_messages_request
-from trio_batcher.translation import TranslatedRequest, TranslationOptions, translate_request
-from trio_batcher.translation.model_traits import CLASSIC, ModelTraits, traits_for
-from trio_batcher.translation.request import JSON_OBJECT_INSTRUCTION
+from trio_batcher.translation.openai_chat import (
+    TranslatedRequest,
+    TranslationOptions,
+    translate_request,
+)
+from trio_batcher.translation.openai_chat.model_traits import CLASSIC, ModelTraits, traits_for
+from trio_batcher.translation.openai_chat.request import JSON_OBJECT_INSTRUCTION
 
 OPTS = TranslationOptions(
     default_model="claude-default", default_max_tokens=1000, anthropic_version="2023-06-01"

@@ -7,7 +7,11 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from trio_batcher.translation import new_completion_id, translate_response, translate_usage
+from trio_batcher.translation.openai_chat import (
+    new_completion_id,
+    translate_response,
+    translate_usage,
+)
 
 USAGE = {"input_tokens": 10, "output_tokens": 5}
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from trio_batcher.translation import (
+from trio_batcher.translation.openai_chat import (
     StreamTranslator,
     UpstreamStreamError,
     translate_response,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from trio_batcher.translation import ratelimit_headers, upstream_error
-from trio_batcher.translation.upstream_errors import go_duration, status_for_error_type
+from trio_batcher.translation.openai_chat import ratelimit_headers, upstream_error
+from trio_batcher.upstream.errors import go_duration, status_for_error_type
 
 
 def anthropic_error(kind: str, message: str, request_id: str | None = None) -> bytes:

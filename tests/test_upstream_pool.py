@@ -18,7 +18,7 @@ import pytest
 import trio
 from support import SIM_KEY, running_simulator
 
-from trio_batcher.upstream_pool import Headers, UpstreamPool
+from trio_batcher.upstream.pool import Headers, UpstreamPool
 
 HEADERS = [
     (b"content-type", b"application/json"),

@@ -2,7 +2,7 @@
 
 The public surface: build an app with ``create_app(Settings(...))`` and serve it with
 ``serve_app`` (or any ASGI server with a trio worker); run the simulated upstream with
-``run_simulator``; the pure translation functions live in ``trio_batcher.translation``.
+``run_simulator``; the pure translation functions live in ``trio_batcher.translation.openai_chat``.
 """
 
 from __future__ import annotations

@@ -24,22 +24,22 @@ from quart import Response, request, send_file
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from .asgi_chat import PATH as CHAT_PATH
-from .asgi_chat import ChatEndpoint, body_too_large
-from .auth import client_key, key_matches, proxy_key_error
-from .batching import Batcher
-from .chat import ChatPipeline
-from .cors import OriginPolicy
-from .dispatch import DirectDispatcher, Dispatcher
+from .admission.dispatch import DirectDispatcher, Dispatcher
+from .admission.gate import AdmissionGate
+from .admission.windows import Batcher
+from .edge.auth import client_key, key_matches, proxy_key_error
+from .edge.cors import OriginPolicy
+from .edge.endpoint import PATH as CHAT_PATH
+from .edge.endpoint import ChatEndpoint, body_too_large
+from .edge.models import ModelCatalogue, find_model, list_models
 from .errors import ProxyError, error_body
-from .gate import AdmissionGate
-from .metrics import Gauges, MetricsRegistry
-from .models import ModelCatalogue, find_model, list_models
-from .pricing import load_pricing
-from .prometheus import PrometheusExporter
-from .resilience import Resilience, ResilienceConfig
+from .observatory.metrics import Gauges, MetricsRegistry
+from .observatory.pricing import load_pricing
+from .observatory.prometheus import PrometheusExporter
+from .pipeline.core import ChatPipeline
 from .settings import Settings
-from .upstream import UpstreamClient, new_upstream_pool
+from .upstream.client import UpstreamClient, new_upstream_pool
+from .upstream.resilience import Resilience, ResilienceConfig
 
 log = logging.getLogger("trio_batcher")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
-from .pricing import load_pricing
+from .observatory.pricing import load_pricing
 
 ANTHROPIC_VERSIONS: Final = ("2023-06-01", "2026-10-21")
 

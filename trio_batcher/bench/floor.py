@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from ..serving import serve_app, tune_gc_for_serving
-from ..upstream_pool import UpstreamPool
+from ..upstream.pool import UpstreamPool
 
 _PASS_HEADERS = (b"content-type", b"x-api-key", b"anthropic-version")
 

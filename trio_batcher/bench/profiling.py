@@ -30,13 +30,13 @@ __all__ = ["COMPONENTS", "profiled", "py_spy", "summarize_folded"]
 # is the outbound client's cost.
 COMPONENTS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     (
-        "outbound client (httpcore2, upstream_pool)",
-        ("httpx2/", "httpcore2/", "trio_batcher/upstream_pool.py"),
+        "outbound client (httpcore2, upstream pool)",
+        ("httpx2/", "httpcore2/", "trio_batcher/upstream/pool.py"),
     ),
     ("trio_batcher.translation", ("trio_batcher/translation/",)),
-    ("trio_batcher.metrics, pricing", ("trio_batcher/metrics.py", "trio_batcher/pricing.py")),
-    ("trio_batcher.sse", ("trio_batcher/sse.py",)),
-    ("trio_batcher.dispatch, batching", ("trio_batcher/dispatch.py", "trio_batcher/batching.py")),
+    ("trio_batcher.observatory", ("trio_batcher/observatory/",)),
+    ("trio_batcher.upstream.sse", ("trio_batcher/upstream/sse.py",)),
+    ("trio_batcher.admission", ("trio_batcher/admission/",)),
     ("trio_batcher (other modules)", ("trio_batcher/",)),
     ("quart, quart_trio, werkzeug", ("quart/", "quart_trio/", "werkzeug/")),
     ("hypercorn (inbound HTTP)", ("hypercorn/",)),

@@ -1,7 +1,7 @@
 """Pure arithmetic over what the drivers recorded: summaries, timelines, reconciliation.
 
 No I/O and no clock, so it is tested as data. Percentiles are nearest-rank, the same
-method as the proxy's ``/metrics`` (``trio_batcher.metrics.percentile``).
+method as the proxy's ``/metrics`` (``trio_batcher.observatory.metrics.percentile``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..metrics import percentile
+from ..observatory.metrics import percentile
 from .cpu import CpuUsage
 from .load import Outcome, Run
 from .results import Check, Counts, Cpu, PhaseResult, Rates, Summary, TimelinePoint, Upstream

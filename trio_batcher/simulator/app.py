@@ -29,7 +29,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from ..json_depth import deeper_than
+from ..edge.json_depth import deeper_than
 from ..serving import serve_app
 from .config import API_VERSIONS, SimulatorConfig
 from .delivery import stream_body

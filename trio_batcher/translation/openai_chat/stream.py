@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
 
+from ...upstream.errors import openai_error_body
 from .response import finish_reason, thinking_block, tool_arguments, translate_usage
-from .upstream_errors import openai_error_body
 
 __all__ = ["StreamTranslator", "UpstreamStreamError"]
 

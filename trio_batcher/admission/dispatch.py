@@ -59,7 +59,7 @@ from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, final
 
 import trio
 
-from .errors import ProxyError
+from ..errors import ProxyError
 
 __all__ = [
     "DirectDispatcher",

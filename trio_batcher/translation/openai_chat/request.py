@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import invalid_request
+from ...errors import invalid_request
 from ._content import cache_control
 from ._messages import convert_messages
 from .model_traits import ModelTraits, traits_for

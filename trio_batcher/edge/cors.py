@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final, final
 
-from .asgi_chat import ASGIApp, Message, Receive, Scope, Send, header_value, send_json
-from .errors import ProxyError
+from ..errors import ProxyError
+from .endpoint import ASGIApp, Message, Receive, Scope, Send, header_value, send_json
 
 ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
 PREFLIGHT_MAX_AGE_S: Final = 600

@@ -13,7 +13,7 @@ from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, final
 
 import trio
 
-from ..errors import ProxyError
+from ...errors import ProxyError
 
 __all__ = ["EventStream", "StreamEvent", "StreamStart", "open_until_content"]
 

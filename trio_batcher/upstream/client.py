@@ -25,11 +25,11 @@ from urllib.parse import quote
 import httpcore2
 import trio
 
-from .errors import ProxyError
-from .settings import Settings
+from ..errors import ProxyError
+from ..settings import Settings
+from ..translation.openai_chat import upstream_error
+from .pool import PooledResponse, UpstreamPool
 from .sse import SSEDecoder, SSEError
-from .translation import upstream_error
-from .upstream_pool import PooledResponse, UpstreamPool
 
 _CONNECT_TIMEOUT_S: Final = 10.0
 # How much of an upstream body is read. A Messages reply is at most a few MB (128K output

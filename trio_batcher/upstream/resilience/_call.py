@@ -13,7 +13,7 @@ from typing import Final, TypeVar, final, get_args
 
 import trio
 
-from ..errors import ProxyError
+from ...errors import ProxyError
 from ._aimd import AdaptiveLimit
 from ._budget import RetryBudget
 from ._config import ResilienceConfig

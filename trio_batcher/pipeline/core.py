@@ -39,14 +39,12 @@ from typing import Any, Final, final
 
 import trio
 
-from .dispatch import Dispatcher, Ticket
-from .errors import ProxyError
-from .gate import AdmissionGate, Shed, Slot
-from .metrics import MetricsRegistry, Timing
-from .resilience import Resilience, StreamStart, call_with_resilience, open_until_content
-from .settings import Settings
-from .sse import DONE, encode_data
-from .translation import (
+from ..admission.dispatch import Dispatcher, Ticket
+from ..admission.gate import AdmissionGate, Shed, Slot
+from ..errors import ProxyError
+from ..observatory.metrics import MetricsRegistry, Timing
+from ..settings import Settings
+from ..translation.openai_chat import (
     StreamTranslator,
     TranslatedRequest,
     TranslationOptions,
@@ -59,7 +57,9 @@ from .translation import (
     translate_response,
     upstream_error,
 )
-from .upstream import UpstreamClient, UpstreamReply, UpstreamStream
+from ..upstream.client import UpstreamClient, UpstreamReply, UpstreamStream
+from ..upstream.resilience import Resilience, StreamStart, call_with_resilience, open_until_content
+from ..upstream.sse import DONE, encode_data
 
 # Upstream events buffered between the pump and the client. Small on purpose: the upstream
 # read waits for the client rather than the proxy holding a growing backlog.

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, final
 
-from ..errors import ProxyError
+from ...errors import ProxyError
 from ._config import ResilienceConfig
 
 __all__ = ["Failure", "Signal", "classify", "retry_delay"]

@@ -21,8 +21,8 @@ from typing import Any, Final, final
 
 import trio
 
-from .errors import ProxyError
-from .translation.request import DEFAULT_MODEL_ALIAS
+from ..errors import ProxyError
+from ..translation.openai_chat.request import DEFAULT_MODEL_ALIAS
 
 log = logging.getLogger("trio_batcher")
 

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ..errors import invalid_request
+from ...errors import invalid_request
 from ._content import (
     Block,
     assistant_blocks,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 
-from .errors import ProxyError
+from ..errors import ProxyError
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -33,9 +33,9 @@ from urllib.parse import urlsplit
 
 import trio
 
+from ..errors import ProxyError, error_body
+from ..pipeline.core import CLIENT_CLOSED, ChatPipeline, JSONReply
 from .auth import client_key, key_matches, proxy_key_error
-from .chat import CLIENT_CLOSED, ChatPipeline, JSONReply
-from .errors import ProxyError, error_body
 from .json_depth import deeper_than
 
 log = logging.getLogger("trio_batcher")

@@ -12,7 +12,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..errors import invalid_request
+from ...errors import invalid_request
 
 Block = dict[str, Any]
 

@@ -21,8 +21,8 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from ..upstream.resilience import ResilienceStatistics
 from .metrics import Gauges, HistogramCounts, MetricsRegistry
-from .resilience import ResilienceStatistics
 
 __all__ = ["PrometheusExporter"]
 

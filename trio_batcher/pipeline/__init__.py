@@ -1,0 +1,1 @@
+"""One request's way through the gateway: admit, dispatch, relay."""
