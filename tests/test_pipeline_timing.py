@@ -1,14 +1,13 @@
 """The request pipeline's timing split under a virtual clock, with an in-memory upstream.
 
-No sockets: ``ChatPipeline`` runs against a fake upstream whose calls take exactly one
+No sockets: ``Pipeline`` runs against a fake upstream whose calls take exactly one
 virtual second, so queue waits and totals can be asserted with ``==``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 import trio
@@ -19,9 +18,16 @@ from trio_batcher.admission.windows import Batcher
 from trio_batcher.errors import ProxyError
 from trio_batcher.observatory.metrics import MetricsRegistry
 from trio_batcher.observatory.pricing import load_pricing
-from trio_batcher.pipeline.core import ChatPipeline, JSONReply
+from trio_batcher.pipeline.contract import JSONReply
+from trio_batcher.pipeline.core import Pipeline
 from trio_batcher.settings import Settings
+from trio_batcher.translation.openai_chat import (
+    OpenAIChatCodec,
+    TranslationOptions,
+    translate_request,
+)
 from trio_batcher.upstream.client import UpstreamReply
+from trio_batcher.upstream.request import UpstreamRequest
 from trio_batcher.upstream.resilience import Resilience, ResilienceConfig
 
 MESSAGE = {
@@ -34,13 +40,16 @@ MESSAGE = {
     "stop_sequence": None,
     "usage": {"input_tokens": 10, "output_tokens": 5},
 }
+_OPTIONS = TranslationOptions(
+    default_model="claude-sonnet-4-5", default_max_tokens=1024, anthropic_version="2023-06-01"
+)
 BODY = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hello"}]}
 
 
 class OneSecondUpstream:
     """Answers every call after exactly 1 s of virtual time, first byte at 0.25 s."""
 
-    async def create_message(self, body: Mapping[str, Any]) -> UpstreamReply:
+    async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         started = trio.current_time()
         await trio.sleep(0.25)
         first_byte = trio.current_time()
@@ -56,12 +65,12 @@ class FailsFirst(OneSecondUpstream):
     def __init__(self, failures: int) -> None:
         self.failures = failures
 
-    async def create_message(self, body: Mapping[str, Any]) -> UpstreamReply:
+    async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         if self.failures:
             self.failures -= 1
             await trio.sleep(1)
             raise ProxyError(529, "Overloaded", upstream_status=529, retry_after=2.0)
-        return await super().create_message(body)
+        return await super().create_message(request)
 
 
 @asynccontextmanager
@@ -70,10 +79,10 @@ async def pipeline(
     dispatcher: Dispatcher,
     upstream: OneSecondUpstream | None = None,
     resilience: Resilience | None = None,
-) -> AsyncIterator[tuple[ChatPipeline, MetricsRegistry]]:
+) -> AsyncIterator[tuple[Pipeline, MetricsRegistry]]:
     metrics = MetricsRegistry(window=100, pricing=load_pricing(None))
     gate = AdmissionGate(settings.max_inflight, settings.max_queue, settings.acquire_timeout_s)
-    chat = ChatPipeline(
+    chat = Pipeline(
         settings=settings,
         upstream=upstream or OneSecondUpstream(),
         dispatcher=dispatcher,
@@ -87,11 +96,17 @@ async def pipeline(
         dispatcher.close()
 
 
-async def _fire(chat: ChatPipeline, count: int) -> list[JSONReply]:
+def _chat_request() -> tuple[UpstreamRequest, OpenAIChatCodec]:
+    tr = translate_request(dict(BODY), _OPTIONS)
+    request = UpstreamRequest(tr.body, tr.upstream_model, tr.stream, "openai.chat")
+    return request, OpenAIChatCodec(tr, completion_id="chatcmpl-1", created=0)
+
+
+async def _fire(chat: Pipeline, count: int) -> list[JSONReply]:
     replies: list[JSONReply] = []
 
     async def one() -> None:
-        reply = await chat.handle(dict(BODY), trio.current_time())
+        reply = await chat.handle(*_chat_request(), trio.current_time())
         assert isinstance(reply, JSONReply)
         replies.append(reply)
 
@@ -173,7 +188,7 @@ async def test_a_failed_call_is_upstream_time_and_its_error_says_so(
         metrics,
     ):
         with pytest.raises(ProxyError) as caught:
-            await chat.handle(dict(BODY), trio.current_time())
+            await chat.handle(*_chat_request(), trio.current_time())
     assert caught.value.status == 529
     assert caught.value.headers["Server-Timing"] == (
         "queue;dur=0.0, upstream;dur=1000.0, overhead;dur=0.0, total;dur=1000.0"

@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from trio_batcher.errors import ProxyError
-from trio_batcher.translation.openai_chat import upstream_error
+from trio_batcher.upstream.errors import upstream_error
 from trio_batcher.upstream.resilience import (
     AdaptiveLimit,
     Cooldown,

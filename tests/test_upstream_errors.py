@@ -8,8 +8,12 @@ from typing import Any
 
 import pytest
 
-from trio_batcher.translation.openai_chat import ratelimit_headers, upstream_error
-from trio_batcher.upstream.errors import go_duration, status_for_error_type
+from trio_batcher.upstream.errors import (
+    go_duration,
+    ratelimit_headers,
+    status_for_error_type,
+    upstream_error,
+)
 
 
 def anthropic_error(kind: str, message: str, request_id: str | None = None) -> bytes:

@@ -28,15 +28,16 @@ from .admission.dispatch import DirectDispatcher, Dispatcher
 from .admission.gate import AdmissionGate
 from .admission.windows import Batcher
 from .edge.auth import client_key, key_matches, proxy_key_error
+from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
-from .edge.endpoint import PATH as CHAT_PATH
-from .edge.endpoint import ChatEndpoint, body_too_large
+from .edge.endpoint import ApiEndpoint
 from .edge.models import ModelCatalogue, find_model, list_models
+from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
 from .errors import ProxyError, error_body
 from .observatory.metrics import Gauges, MetricsRegistry
 from .observatory.pricing import load_pricing
 from .observatory.prometheus import PrometheusExporter
-from .pipeline.core import ChatPipeline
+from .pipeline.core import Pipeline
 from .settings import Settings
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
@@ -108,7 +109,7 @@ class Runtime:
             ),
             limiter=limiter,
         )
-        self.pipeline = ChatPipeline(
+        self.pipeline = Pipeline(
             settings=settings,
             upstream=self.upstream,
             dispatcher=self.dispatcher,
@@ -201,9 +202,10 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
     app.asgi_app = OriginPolicy(  # type: ignore[method-assign,assignment]
-        ChatEndpoint(
+        ApiEndpoint(
             app.asgi_app,
             lambda: app.runtime.pipeline if app.runtime is not None else None,
+            {CHAT_PATH: OpenAIChatDoor(settings)},
             max_body_bytes=settings.max_body_bytes,
             api_keys=settings.proxy_api_keys,
             body_timeout=settings.request_timeout_s,
@@ -316,9 +318,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.post(CHAT_PATH)
     async def chat_completions() -> Response:
-        # Served by ``ChatEndpoint`` in front of Quart (``asgi_chat``); registered so that
-        # Quart's routing answers the path's other methods with 405 and an Allow header.
-        raise RuntimeError(f"POST {CHAT_PATH} reached Quart; it is served by ChatEndpoint")
+        # Served by ``ApiEndpoint`` in front of Quart (``edge.endpoint``); registered so
+        # that Quart's routing answers the path's other methods with 405 and an Allow header.
+        raise RuntimeError(f"POST {CHAT_PATH} reached Quart; it is served by ApiEndpoint")
 
     @app.get("/visuals/<path:name>")
     async def visuals(name: str) -> Response:

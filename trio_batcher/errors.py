@@ -47,6 +47,9 @@ class ProxyError(Exception):
         which retry decisions need; ``None`` for errors of our own making.
       retry_after: seconds the upstream asked us to wait (``retry-after-ms`` or
         ``retry-after``), if it said.
+      upstream_body: for an error the upstream answered, its body as sent (our key
+        redacted), so that a door speaking the upstream's own dialect can relay it as it is.
+      upstream_headers: likewise, the upstream's response headers (lower-case names).
     """
 
     def __init__(
@@ -60,8 +63,12 @@ class ProxyError(Exception):
         headers: Mapping[str, str] | None = None,
         upstream_status: int | None = None,
         retry_after: float | None = None,
+        upstream_body: bytes | None = None,
+        upstream_headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.upstream_body = upstream_body
+        self.upstream_headers = upstream_headers
         self.upstream_status = upstream_status
         self.retry_after = retry_after
         self.status = status

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Final, final
 
 from ..errors import ProxyError
-from .endpoint import ASGIApp, Message, Receive, Scope, Send, header_value, send_json
+from .http import ASGIApp, Message, Receive, Scope, Send, header_value, send_json
 
 ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
 PREFLIGHT_MAX_AGE_S: Final = 600

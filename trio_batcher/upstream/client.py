@@ -27,8 +27,10 @@ import trio
 
 from ..errors import ProxyError
 from ..settings import Settings
-from ..translation.openai_chat import upstream_error
+from .errors import upstream_error
 from .pool import PooledResponse, UpstreamPool
+from .request import UpstreamRequest
+from .resilience import StreamEvent
 from .sse import SSEDecoder, SSEError
 
 _CONNECT_TIMEOUT_S: Final = 10.0
@@ -57,13 +59,18 @@ def new_upstream_pool(settings: Settings) -> UpstreamPool:
 @final
 @dataclass(frozen=True)
 class UpstreamReply:
-    """A successful non-streaming reply and when its parts arrived (``trio.current_time()``)."""
+    """A successful non-streaming reply and when its parts arrived (``trio.current_time()``).
+
+    ``raw`` is the body as the upstream sent it (our key redacted, should it appear), for
+    doors that relay it unchanged; ``message`` is the same body parsed.
+    """
 
     message: dict[str, Any]
     headers: Mapping[str, str]
     started_at: float
     first_byte_at: float
     finished_at: float
+    raw: bytes = b""
 
 
 @final
@@ -87,7 +94,9 @@ class UpstreamStream:
         self.started_at = started_at
         self.first_byte_at = first_byte_at
 
-    async def events(self) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    async def events(self) -> AsyncGenerator[StreamEvent, None]:
+        """``(name, data, raw)`` for each event: its name, its JSON data parsed, and that
+        data's text as it arrived (for doors that relay events unchanged)."""
         decoder = SSEDecoder()
         try:
             async with aclosing(self._response.aiter_raw()) as chunks:
@@ -98,7 +107,7 @@ class UpstreamStream:
                             data = data.replace(self._secret, _REDACTED)
                         decoded = _decode_event(event.event, data)
                         if decoded is not None:
-                            yield event.event, decoded
+                            yield event.event, decoded, data
         except SSEError as exc:
             raise ProxyError(
                 502,
@@ -165,20 +174,21 @@ class UpstreamClient:
     def __init__(self, settings: Settings, pool: UpstreamPool) -> None:
         self._pool = pool
         self._url = pool.url("/v1/messages")
-        headers = {
-            "content-type": "application/json",
-            "anthropic-version": settings.anthropic_version,
-            "accept": "application/json",
-        }
+        self._count_url = pool.url("/v1/messages/count_tokens")
         self._secret = settings.anthropic_api_key
+        self._version = (b"anthropic-version", settings.anthropic_version.encode("ascii"))
+        self._base: list[tuple[bytes, bytes]] = [
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json"),
+        ]
         if settings.anthropic_api_key:
-            headers["x-api-key"] = settings.anthropic_api_key
-        self._headers = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
+            self._base.append((b"x-api-key", settings.anthropic_api_key.encode("ascii")))
+        self._headers = [*self._base, self._version]
 
-    async def create_message(self, body: Mapping[str, Any]) -> UpstreamReply:
+    async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
         started = trio.current_time()
-        response = await self._send(body)
+        response = await self._send(self._url, request)
         first_byte = trio.current_time()
         raw = await self._body_of_200(response)
         try:
@@ -193,12 +203,34 @@ class UpstreamClient:
                 "The upstream answered 200 with a body that is not a Messages API message.",
                 code="upstream_protocol_error",
             )
-        return UpstreamReply(message, response.headers, started, first_byte, trio.current_time())
+        return UpstreamReply(
+            message, response.headers, started, first_byte, trio.current_time(), raw
+        )
 
-    async def open_stream(self, body: Mapping[str, Any]) -> UpstreamStream:
+    async def count_tokens(self, request: UpstreamRequest) -> UpstreamReply:
+        """``POST /v1/messages/count_tokens``; the reply's ``message`` is its JSON object."""
+        started = trio.current_time()
+        response = await self._send(self._count_url, request)
+        first_byte = trio.current_time()
+        raw = await self._body_of_200(response)
+        try:
+            counted = json.loads(raw)
+        except ValueError:
+            counted = None
+        if not isinstance(counted, dict) or not isinstance(counted.get("input_tokens"), int):
+            raise ProxyError(
+                502,
+                "The upstream answered 200 with a body that is not a token count.",
+                code="upstream_protocol_error",
+            )
+        return UpstreamReply(
+            counted, response.headers, started, first_byte, trio.current_time(), raw
+        )
+
+    async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
         """Start a streaming call; returns once the upstream answered 200 with headers."""
         started = trio.current_time()
-        response = await self._send(body)
+        response = await self._send(self._url, request)
         if response.status_code != 200:
             await self._body_of_200(response)  # raises the upstream's error
         content_type = response.headers.get("content-type") or ""
@@ -224,7 +256,7 @@ class UpstreamClient:
         after: str | None = None
         for _ in range(_MAX_MODEL_PAGES):
             target = "/v1/models?limit=1000" + (f"&after_id={quote(after)}" if after else "")
-            response = await self._request(b"GET", self._pool.url(target), b"")
+            response = await self._request(b"GET", self._pool.url(target), self._headers, b"")
             raw = await self._body_of_200(response)
             try:
                 page = json.loads(raw)
@@ -265,8 +297,10 @@ class UpstreamClient:
             raw = raw.replace(self._secret.encode(), _REDACTED.encode())
         raise upstream_error(response.status_code, raw, response.headers)
 
-    async def _send(self, body: Mapping[str, Any]) -> PooledResponse:
-        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    async def _send(self, url: httpcore2.URL, request: UpstreamRequest) -> PooledResponse:
+        content = request.content
+        if content is None:
+            content = json.dumps(request.body, separators=(",", ":"), ensure_ascii=False).encode()
         if len(content) > MAX_REQUEST_BYTES:
             # The translation can outgrow the client's body (each OpenAI message becomes a
             # block list); the upstream would only refuse it after reading it all.
@@ -277,11 +311,19 @@ class UpstreamClient:
                 type="invalid_request_error",
                 code="request_too_large",
             )
-        return await self._request(b"POST", self._url, content)
+        headers = self._headers
+        if request.headers:
+            # The client's anthropic-version replaces ours; its betas go along as they are.
+            headers = [*self._base, *request.headers]
+            if not any(name == b"anthropic-version" for name, _ in request.headers):
+                headers.append(self._version)
+        return await self._request(b"POST", url, headers, content)
 
-    async def _request(self, method: bytes, url: httpcore2.URL, content: bytes) -> PooledResponse:
+    async def _request(
+        self, method: bytes, url: httpcore2.URL, headers: list[tuple[bytes, bytes]], content: bytes
+    ) -> PooledResponse:
         try:
-            return await self._pool.request(method, url, self._headers, content)
+            return await self._pool.request(method, url, headers, content)
         except httpcore2.TimeoutException:
             raise ProxyError(
                 504, "The upstream did not answer in time.", code="upstream_timeout"

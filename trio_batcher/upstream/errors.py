@@ -209,6 +209,8 @@ def upstream_error(
         headers=out_headers,
         upstream_status=status,
         retry_after=parse_retry_after(upstream),
+        upstream_body=bytes(body) if isinstance(body, bytes | bytearray) else None,
+        upstream_headers=upstream,
     )
 
 

@@ -17,7 +17,8 @@ from ...errors import ProxyError
 
 __all__ = ["EventStream", "StreamEvent", "StreamStart", "open_until_content"]
 
-StreamEvent: TypeAlias = tuple[str, dict[str, Any]]
+StreamEvent: TypeAlias = tuple[str, dict[str, Any], str]
+"""``(name, data, raw)``: the SSE event name, its JSON data, and that data's text as sent."""
 
 # Events that come before any content and can be held back while we may still retry.
 # Events before the first delta: nothing the client could have seen depends on them yet, so
@@ -91,7 +92,7 @@ async def open_until_content(
     try:
         while True:
             try:
-                name, data = await anext(events)
+                event = await anext(events)
             except StopAsyncIteration:
                 # Ended with nothing to show for it: nothing reached the client yet, so this
                 # is a failed call like a dropped connection (an HTTP status, or a retry),
@@ -102,10 +103,11 @@ async def open_until_content(
                     code="upstream_connection_error",
                 ) from None
             # An event without an ``event:`` line is named by its JSON ``type``.
+            name, data = event[0], event[1]
             kind = name if name and name != "message" else str(data.get("type") or "")
             if kind == "error":
                 raise error_for(data, stream.headers)
-            prelude.append((name, data))
+            prelude.append(event)
             if kind not in _PRELUDE:
                 break
     except BaseException:

@@ -19,8 +19,10 @@ import pytest
 import trio
 from support import proxy_and_simulator
 
-from trio_batcher.edge.endpoint import ChatEndpoint
-from trio_batcher.pipeline.core import ChatPipeline
+from trio_batcher.edge.endpoint import ApiEndpoint
+from trio_batcher.edge.openai_chat import CHAT_PATH, OpenAIChatDoor
+from trio_batcher.pipeline.core import Pipeline
+from trio_batcher.settings import Settings
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello there"}]}
 
@@ -57,13 +59,19 @@ async def _inner(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"inner"})
 
 
+_DOORS = {CHAT_PATH: OpenAIChatDoor(Settings())}
+
+
 class _Broken:
-    async def handle(self, payload: object, arrived: float, *, large: bool = False) -> Any:
+    async def handle(self, *args: Any) -> Any:
         raise RuntimeError("a bug")
+
+    def record_refused(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the request was not refused")
 
 
 async def test_before_startup_the_endpoint_answers_503_starting() -> None:
-    endpoint = ChatEndpoint(_inner, lambda: None, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
     call = _Recorder(b"{}")
     await endpoint(_scope(), call.receive, call.send)
     assert call.status == 503
@@ -71,7 +79,7 @@ async def test_before_startup_the_endpoint_answers_503_starting() -> None:
 
 
 async def test_other_paths_and_methods_go_to_the_inner_app() -> None:
-    endpoint = ChatEndpoint(_inner, lambda: None, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
     for scope in (
         _scope("/v1/models", "GET"),
         _scope(method="GET"),
@@ -88,11 +96,11 @@ async def test_an_unexpected_error_is_a_logged_openai_shaped_500(
 ) -> None:
     broken: Any = _Broken()
 
-    def pipeline() -> ChatPipeline:
+    def pipeline() -> Pipeline:
         return broken  # type: ignore[no-any-return]
 
-    endpoint = ChatEndpoint(_inner, pipeline, max_body_bytes=1000, api_keys=())
-    call = _Recorder(b"{}")
+    endpoint = ApiEndpoint(_inner, pipeline, _DOORS, max_body_bytes=1000, api_keys=())
+    call = _Recorder(json.dumps(HELLO).encode())
     with caplog.at_level(logging.ERROR, logger="trio_batcher"):
         await endpoint(_scope(), call.receive, call.send)
     assert call.status == 500
@@ -129,7 +137,7 @@ async def test_client_that_leaves_while_sending_its_body_gets_nothing_and_costs_
             refused.append(status)  # still a request, for the metrics: a 499
 
     recording: Any = _Recording()
-    endpoint = ChatEndpoint(_inner, lambda: recording, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, lambda: recording, _DOORS, max_body_bytes=1000, api_keys=())
     call = _Recorder(b'{"model": "claude')
     call.incoming[0]["more_body"] = True  # the rest never comes: the client leaves
     call.incoming.append({"type": "http.disconnect"})
@@ -343,8 +351,8 @@ async def test_a_body_still_arriving_at_the_deadline_is_a_408_that_closes_the_co
             return Timing(total=trio.current_time() - arrived)
 
     counting: Any = _Counting()
-    endpoint = ChatEndpoint(
-        _inner, lambda: counting, max_body_bytes=1000, api_keys=(), body_timeout=30.0
+    endpoint = ApiEndpoint(
+        _inner, lambda: counting, _DOORS, max_body_bytes=1000, api_keys=(), body_timeout=30.0
     )
     call = _Recorder(b'{"model": "claude')
     call.incoming[0]["more_body"] = True  # ...and the rest never comes
@@ -366,7 +374,7 @@ async def test_other_routes_get_their_body_read_first_and_a_large_one_is_413() -
         seen.append((await receive())["body"])
         await _inner(scope, receive, send)
 
-    endpoint = ChatEndpoint(inner, lambda: None, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
     with_body = {**_scope("/health", "GET"), "headers": [(b"content-length", b"3")]}
     small = _Recorder(b"abc")
     await endpoint(with_body, small.receive, small.send)
@@ -422,7 +430,7 @@ async def test_a_request_too_large_once_translated_is_413_and_never_sent(
 def test_an_absolute_or_empty_request_target_is_reduced_to_its_path(
     target: str, route: str
 ) -> None:
-    from trio_batcher.edge.endpoint import normalize_path
+    from trio_batcher.edge.http import normalize_path
 
     assert normalize_path(target) == route
 
@@ -458,7 +466,7 @@ async def test_requests_no_client_sends_are_refused_and_the_connection_closed(
     async def inner(scope: Any, receive: Any, send: Any) -> None:
         called.append(True)
 
-    endpoint = ChatEndpoint(inner, lambda: None, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
     for scope in (_scope(), _scope("/health", "GET")):
         call = _Recorder(b"abc")
         await endpoint({**scope, "headers": headers}, call.receive, call.send)

@@ -1,0 +1,148 @@
+"""Reading and parsing a request body: size, encoding, UTF-8, nesting, surrogates.
+
+Every door takes its JSON the same way, so every door refuses the same malformed input
+with the same 4xx before anything else runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from ..errors import ProxyError
+from .http import Receive, Scope
+from .json_depth import deeper_than
+
+__all__ = [
+    "LARGE_BODY_BYTES",
+    "MAX_JSON_DEPTH",
+    "body_too_large",
+    "parse_json_body",
+    "read_body",
+]
+
+# Deeper than any real request (tool schemas nest a few dozen levels at most), and far
+# enough below Python's recursion limit that serialising the body again is safe.
+MAX_JSON_DEPTH: Final = 200
+
+# A body this large is parsed and translated in a worker thread (a normal request is a few
+# KB and takes well under a millisecond; a 30 MB one with a million messages takes seconds).
+LARGE_BODY_BYTES: Final = 256 * 1024
+
+
+def body_too_large(max_body_bytes: int) -> ProxyError:
+    return ProxyError(
+        413,
+        f"The request body is larger than MAX_BODY_BYTES ({max_body_bytes} bytes).",
+        code="request_entity_too_large",
+    )
+
+
+def parse_json_body(raw: bytes) -> object:
+    """The request's JSON, or a 400 that says what is wrong with it.
+
+    Stricter than ``json.loads(bytes)`` where that would let trouble in: the body must be
+    UTF-8 (JSON's only interchange encoding; ``json.loads`` would also take UTF-16 and
+    encoded surrogates), may not spell an unpaired UTF-16 surrogate as an escape, and may
+    not nest deeper than ``MAX_JSON_DEPTH``. Each of those would otherwise fail later, far
+    from the input: in the upstream call's serialisation, or in every metrics export once
+    a bad string is a model label.
+    """
+    if not raw or not raw.strip():
+        raise ProxyError(400, "The request body is empty; send a JSON object.", code="invalid_json")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ProxyError(
+            400, f"The request body is not UTF-8 text ({exc.reason}).", code="invalid_json"
+        ) from None
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise ProxyError(
+            400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
+        ) from None
+    except RecursionError:
+        raise _too_deep() from None
+    if deeper_than(text, MAX_JSON_DEPTH):
+        raise _too_deep()
+    if "\\ud" in text or "\\uD" in text:
+        where = _lone_surrogate(payload, "")
+        if where is not None:
+            raise ProxyError(
+                400,
+                "The request contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff), "
+                "which is not valid Unicode text.",
+                param=where.encode("utf-8", "backslashreplace").decode("utf-8") or None,
+                code="invalid_json",
+            )
+    return payload
+
+
+def _too_deep() -> ProxyError:
+    return ProxyError(
+        400,
+        f"The JSON body of your request is nested too deeply (more than {MAX_JSON_DEPTH} levels).",
+        code="invalid_json",
+    )
+
+
+def _lone_surrogate(value: object, path: str) -> str | None:
+    """The path of the first string (or key) that cannot be encoded as UTF-8, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if _lone_surrogate(key, where) is not None:
+                return where
+            found = _lone_surrogate(item, where)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None if the client left while sending it; 413 past ``limit``,
+    415 for a compressed one."""
+    for name, value in scope["headers"]:
+        if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            raise ProxyError(
+                415,
+                f"Content-Encoding {value.decode('latin-1')!a} is not supported for "
+                "request bodies; send the JSON uncompressed.",
+                type="invalid_request_error",
+                code="unsupported_content_encoding",
+                headers={"Accept-Encoding": "identity"},
+            )
+        if name == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                raise ProxyError(
+                    400, "The Content-Length header is not a number.", code="bad_request"
+                ) from None
+            if declared > limit:
+                raise body_too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise body_too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)

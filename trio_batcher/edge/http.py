@@ -1,0 +1,217 @@
+"""ASGI plumbing the doors share: framing checks, route spellings, and sending answers.
+
+Kept apart from the doors so that each door is only its dialect: how a request is decoded
+and how its answers and errors are spelled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import trio
+
+from ..errors import ProxyError
+from ..pipeline.contract import StreamReply
+
+log = logging.getLogger("trio_batcher")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]
+
+# How long after a stream's deadline its resources are freed even if a write is stuck.
+_EXPIRE_MARGIN_S: Final = 1.0
+_SLASHES: Final = re.compile("/{2,}")
+_API_ROOTS: Final = frozenset(
+    {"/v1/chat/completions", "/v1/models", "/chat/completions", "/models"}
+)
+JSON_HEADERS: Final = ((b"content-type", b"application/json"),)
+_SSE_HEADERS: Final = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+
+
+def normalize_path(path: str) -> str:
+    """The route a client meant, for the spellings that base-URL settings produce.
+
+    ``http://host:8000/`` as a base URL gives ``//v1/chat/completions``; one without ``/v1``
+    gives ``/chat/completions`` (other gateways answer both); a trailing slash sneaks in
+    the same way. A request target in absolute form (``http://host/v1/models``, which
+    HTTP/1.1 servers must accept) arrives with its scheme and host: only its path counts.
+    Every layer behind this one, auth included, sees the canonical path.
+    """
+    if not path.startswith("/"):
+        path = "/" + urlsplit(path).path.lstrip("/")
+    if "//" in path:
+        path = _SLASHES.sub("/", path)
+    if len(path) > 1 and path.endswith("/") and path.rstrip("/") in _API_ROOTS:
+        path = path.rstrip("/")
+    if (path in _API_ROOTS and not path.startswith("/v1/")) or path.startswith("/models/"):
+        path = "/v1" + path
+    return path
+
+
+def header_value(value: str) -> bytes:
+    # Header values we send come from the upstream or name request fields: keep them to
+    # printable ASCII so that no input can make the response itself invalid.
+    if value.isascii() and value.isprintable():
+        return value.encode("ascii")
+    return "".join(c if " " <= c <= "~" else "?" for c in value).encode("ascii")
+
+
+def encode_headers(
+    base: tuple[tuple[bytes, bytes], ...], extra: dict[str, str]
+) -> list[tuple[bytes, bytes]]:
+    return [*base, *((name.lower().encode("ascii"), header_value(v)) for name, v in extra.items())]
+
+
+# More header fields than any client sends; a request with more is refused (431).
+MAX_HEADER_FIELDS: Final = 100
+
+
+def framing_error(headers: list[tuple[bytes, bytes]]) -> ProxyError | None:
+    """Requests no client sends and a front proxy may read differently from hypercorn.
+
+    ``Content-Length`` with ``Transfer-Encoding`` is the request-smuggling shape: h11 goes by
+    the chunked encoding and keeps the connection, where RFC 9112 says to close it, so a
+    proxy in front that trusted the length would see a different next request. Such a
+    request, or one with a flood of header fields, is answered 400/431 and the connection
+    closed.
+    """
+    if len(headers) > MAX_HEADER_FIELDS:
+        return ProxyError(
+            431,
+            f"The request has more than {MAX_HEADER_FIELDS} header fields.",
+            code="request_header_fields_too_large",
+            headers={"Connection": "close"},
+        )
+    names = {name for name, _ in headers}
+    if b"content-length" in names and b"transfer-encoding" in names:
+        return ProxyError(
+            400,
+            "The request has both Content-Length and Transfer-Encoding.",
+            code="bad_request",
+            headers={"Connection": "close"},
+        )
+    return None
+
+
+# No route but the chat POST takes a body; more than this on another one is refused.
+_MAX_OTHER_BODY: Final = 64 * 1024
+
+
+async def without_a_body(inner: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Hand a request for another route to ``inner`` with its body already read.
+
+    Those routes never read a body, and hypercorn 0.18 sometimes leaves a connection
+    whose request body was not read stuck for good (no keep-alive timer, no read timeout),
+    a free way to pile up connections. So the body is read here, and one too large for any
+    route is answered 413 at once, closing the connection.
+    """
+    if not any(
+        (name == b"content-length" and value.strip() not in (b"", b"0"))
+        or name == b"transfer-encoding"
+        for name, value in scope["headers"]
+    ):
+        await inner(scope, receive, send)
+        return
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        size += len(message.get("body", b""))
+        if size > _MAX_OTHER_BODY:
+            error = ProxyError(
+                413,
+                f"{scope['method']} {scope['path']} takes no request body.",
+                code="body_not_allowed",
+                headers={"Connection": "close"},
+            )
+            await send_json(send, error.body(), error.status, error.headers)
+            return
+        if not message.get("more_body", False):
+            break
+    read: list[Message] = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def replay() -> Message:
+        return read.pop() if read else await receive()
+
+    await inner(scope, replay, send)
+
+
+async def cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def send_stream(send: Send, reply: StreamReply, where: str) -> None:
+    """Send an SSE answer, then close it; raises only ``trio.Cancelled``.
+
+    An unexpected error after the first byte cannot change the status any more: it is
+    logged and the response is left unfinished, so the client sees a cut stream rather
+    than a clean end.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            # hypercorn writes to the client shielded and without a timeout, so a client
+            # that stops reading blocks a write beyond any cancel scope of ours. This frees
+            # the stream's gate slot and upstream call regardless, just after the deadline.
+            nursery.start_soon(expire_at, reply.deadline + _EXPIRE_MARGIN_S, reply.expire)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": encode_headers(_SSE_HEADERS, reply.headers),
+                }
+            )
+            async for chunk in reply.body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            nursery.cancel_scope.cancel()
+    except Exception:
+        log.exception("unhandled error while streaming %s", where)
+    finally:
+        aclose = getattr(reply.body, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+        reply.close()
+
+
+async def expire_at(deadline: float, expire: Callable[[], None]) -> None:
+    await trio.sleep_until(deadline)
+    expire()
+
+
+async def send_json(
+    send: Send, body: Any, status: int, headers: dict[str, str] | None = None
+) -> None:
+    """A JSON answer: ``body`` serialised, or sent as it is when it is already bytes."""
+    if isinstance(body, bytes):
+        data = body
+    else:
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                *encode_headers(JSON_HEADERS, headers or {}),
+                (b"content-length", b"%d" % len(data)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data, "more_body": False})

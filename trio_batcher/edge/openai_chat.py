@@ -1,0 +1,75 @@
+"""The OpenAI Chat Completions door: ``POST /v1/chat/completions``.
+
+Decodes an OpenAI body into an upstream request (``translation.openai_chat``), hands it to
+the pipeline with the codec that answers in OpenAI's terms, and spells every error in
+OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final, final
+
+import trio
+
+from ..errors import ProxyError
+from ..pipeline.contract import JSONReply, StreamReply
+from ..pipeline.core import Pipeline
+from ..settings import Settings
+from ..translation.openai_chat import (
+    OpenAIChatCodec,
+    TranslatedRequest,
+    TranslationOptions,
+    new_completion_id,
+    translate_request,
+)
+from ..upstream.request import UpstreamRequest
+from .http import Scope
+
+__all__ = ["CHAT_PATH", "SURFACE", "OpenAIChatDoor"]
+
+CHAT_PATH: Final = "/v1/chat/completions"
+SURFACE: Final = "openai.chat"
+
+
+@final
+class OpenAIChatDoor:
+    """Chat Completions in, Anthropic Messages upstream."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._options = TranslationOptions(
+            default_model=settings.default_model,
+            default_max_tokens=settings.default_max_tokens,
+            anthropic_version=settings.anthropic_version,
+        )
+        # Large bodies are translated in a worker thread, one at a time, so that a body with
+        # a million parts does not stall every other request on the event loop.
+        self._large_bodies = trio.CapacityLimiter(1)
+
+    async def handle(
+        self, pipeline: Pipeline, payload: object, scope: Scope, arrived: float, *, large: bool
+    ) -> JSONReply | StreamReply:
+        del scope
+        try:
+            if large:
+                tr = await trio.to_thread.run_sync(
+                    translate_request, payload, self._options, limiter=self._large_bodies
+                )
+            else:
+                tr = translate_request(payload, self._options)
+        except ProxyError as exc:
+            # Under ``(none)``: the model named by a request we refuse is unchecked input,
+            # and must not use up the registry's per-model entries.
+            stream = isinstance(payload, dict) and payload.get("stream") is True
+            timing = pipeline.record_refused(exc.status, arrived, stream=stream)
+            exc.headers["Server-Timing"] = timing.server_timing_header()
+            raise
+        codec = OpenAIChatCodec(tr, completion_id=new_completion_id(), created=int(time.time()))
+        return await pipeline.handle(_upstream_request(tr), codec, arrived)
+
+    def error_reply(self, exc: ProxyError) -> JSONReply:
+        return JSONReply(exc.body(), exc.headers, exc.status)
+
+
+def _upstream_request(tr: TranslatedRequest) -> UpstreamRequest:
+    return UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE)

@@ -1,0 +1,240 @@
+"""One stream's life after the upstream said 200: from the first event to the last byte.
+
+The stream job (``Pipeline._pump``) forwards upstream events into a bounded channel; a
+``StreamRelay`` reads them, keeps the dialect-free facts (``StreamTally``: usage, whether
+the answer is whole), and has the door's ``StreamCodec`` encode each one for the client.
+
+Ownership moves from the request handler to the response body generator once the prelude
+is read; whichever holds the relay last calls ``close()``, exactly once, which stops the
+upstream call (unless the answer was already whole), gives the gate slot back and records
+the request in the observatory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+import trio
+
+from ..admission.dispatch import Ticket
+from ..admission.gate import Slot
+from ..errors import ProxyError
+from ..observatory.metrics import Timing
+from ..settings import Settings
+from ..upstream.errors import client_status, status_for_error_type
+from ..upstream.request import UpstreamRequest
+from ..upstream.resilience import StreamEvent
+from .contract import CLIENT_CLOSED, ReplyCodec
+from .tally import StreamTally, event_kind
+
+if TYPE_CHECKING:
+    from .core import Pipeline
+
+__all__ = ["HEADERS_EVENT", "StreamRelay", "deadline_error"]
+
+# First item the stream pump sends: the upstream's response headers and timing.
+HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
+# Read before answering a stream: up to the first delta, an upstream failure can still be a
+# proper HTTP status (and is retried), because the client has seen nothing yet.
+_PRELUDE_EVENTS: Final = frozenset({HEADERS_EVENT, "message_start", "ping", "content_block_start"})
+
+
+def deadline_error(settings: Settings) -> ProxyError:
+    return ProxyError(
+        504,
+        f"The request did not complete within REQUEST_TIMEOUT_S "
+        f"({settings.request_timeout_s:g} s).",
+        code="request_timeout",
+    )
+
+
+def _stream_error_status(data: Mapping[str, Any]) -> int:
+    """What a stream that failed after its 200 is counted as: the status the same upstream
+    error would have been given before the first byte (an overload is a 503, not a 529)."""
+    error = data.get("error")
+    kind = error.get("type") if isinstance(error, Mapping) else None
+    return client_status(status_for_error_type(kind))
+
+
+class _Expired(Exception):
+    """The relay was closed from outside (``expire``) while its body was suspended."""
+
+
+class _UpstreamFailed(Exception):
+    """The upstream sent an ``error`` event mid-stream; its encoding is ``chunk``."""
+
+    def __init__(self, chunk: bytes, status: int) -> None:
+        self.chunk = chunk
+        self.status = status
+
+
+@final
+class StreamRelay:
+    """Owns one stream's resources from the first event to the last byte sent."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        request: UpstreamRequest,
+        codec: ReplyCodec,
+        ticket: Ticket[None],
+        recv: trio.MemoryReceiveChannel[StreamEvent],
+        slot: Slot,
+        arrived: float,
+    ) -> None:
+        self._pipeline = pipeline
+        self._request = request
+        self._codec = codec
+        self._encoder = codec.stream()
+        self._ticket = ticket
+        self._recv = recv
+        self._slot = slot
+        self._arrived = arrived
+        self._tally = StreamTally()
+        self._prelude: list[bytes] = []
+        self._upstream_headers: Mapping[str, str] = {}
+        self._upstream_started: float | None = None
+        self._upstream_first_byte: float | None = None
+        self._first_token_at: float | None = None
+        self._closed = False
+        self.status = CLIENT_CLOSED
+
+    async def _next(self) -> StreamEvent | None:
+        """The next upstream event, or None at the end of the stream (job outcome checked)."""
+        try:
+            return await self._recv.receive()
+        except trio.ClosedResourceError:
+            raise _Expired from None
+        except trio.EndOfChannel:
+            if not self._tally.stopped:  # else the job is only reading the body's end
+                await self._ticket.wait()  # re-raises the job's ProxyError, if it failed
+            return None
+
+    def _feed(self, event: StreamEvent) -> list[bytes]:
+        name, data, raw = event
+        if name == HEADERS_EVENT:
+            self._upstream_headers = data["headers"]
+            self._upstream_started = data["started_at"]
+            self._upstream_first_byte = data["first_byte_at"]
+            return []
+        kind = event_kind(name, data)
+        if kind == "error":
+            raise _UpstreamFailed(
+                self._encoder.upstream_error(data, raw), _stream_error_status(data)
+            )
+        self._tally.observe(kind, data)
+        chunks = self._encoder.feed(name, data, raw)
+        if kind == "content_block_delta" and chunks and self._first_token_at is None:
+            self._first_token_at = trio.current_time()
+        return chunks
+
+    async def read_prelude(self) -> dict[str, str]:
+        """Collect what the pump forwarded up to the first delta, or raise its failure.
+
+        The pump forwards nothing until ``open_until_content`` has read the upstream past its
+        first delta, and an error before that point is the job's (retried, or raised as a
+        ``ProxyError``), so a failure here still becomes a real HTTP status.
+        """
+        while (event := await self._next()) is not None:
+            self._prelude += self._feed(event)
+            if event[0] not in _PRELUDE_EVENTS:
+                break
+        headers = self._codec.headers(self._upstream_headers)
+        headers["Server-Timing"] = self.timing().server_timing_header()
+        return headers
+
+    def timing(self) -> Timing:
+        return self._pipeline.timing(
+            self._arrived,
+            self._ticket.started_at,
+            self._upstream_started,
+            self._upstream_first_byte,
+            None,
+            self._first_token_at,
+        )
+
+    async def body(self) -> AsyncIterator[bytes]:
+        encoder = self._encoder
+        try:
+            if self._prelude:
+                yield b"".join(self._prelude)
+                self._prelude = []
+            while (event := await self._next()) is not None:
+                out = self._feed(event)
+                # Events already buffered go out in the same write: when the upstream is
+                # ahead of the client this is one send per scheduling turn, not one per
+                # token; when it is not, nothing is buffered and nothing waits.
+                while True:
+                    try:
+                        more = self._recv.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    try:
+                        out += self._feed(more)
+                    except _UpstreamFailed:
+                        if out:
+                            yield b"".join(out)
+                        raise
+                if out:
+                    yield b"".join(out)
+            if not self._tally.complete:
+                # Neither a stop reason nor message_stop: the upstream closed the stream
+                # early. Ending it cleanly would pass a truncated answer off as complete.
+                raise ProxyError(
+                    502,
+                    "The upstream stream ended before the message was complete.",
+                    code="upstream_stream_truncated",
+                )
+            for chunk in encoder.finish():
+                yield chunk
+            self.status = 200  # everything is out but the terminator: the answer is whole
+            if encoder.terminator:
+                yield encoder.terminator
+        except _Expired:
+            # expire() freed the stream while a write was stuck; once that write got
+            # through, the client still learns why the stream ends here.
+            yield encoder.error(deadline_error(self._pipeline.settings))
+        except _UpstreamFailed as exc:
+            self.status = exc.status
+            yield exc.chunk
+        except ProxyError as exc:
+            self.status = exc.status
+            yield encoder.error(exc)
+        finally:
+            self.close()
+
+    def expire(self) -> None:
+        """The deadline passed while a write to the client was stuck: free the stream's
+        resources now, counted a 504 unless only the terminator was left to write."""
+        if not self._closed:
+            if self.status != 200:
+                self.status = 504
+            self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self._tally.stopped:
+            # Stop the upstream call. A whole answer's job is left to finish reading the
+            # body's end (a second at most), which lets its connection be reused.
+            self._ticket.cancel()
+        self._recv.close()
+        self._slot.release()
+        metrics = self._pipeline.metrics
+        if metrics is None:
+            return
+        timing = self.timing()
+        usage = self._tally.usage
+        if self.status == 200:
+            metrics.record_success(self._request.model, usage, timing, stream=True)
+        else:
+            # What the upstream reported before the end is spent all the same. Anthropic
+            # reports output tokens only at the end, so the deltas relayed (each at least a
+            # token) stand in for them when that is more.
+            if usage:
+                usage["output_tokens"] = max(
+                    int(usage.get("output_tokens") or 0), self._tally.deltas
+                )
+            metrics.record_error(self._request.model, self.status, timing, stream=True, usage=usage)
