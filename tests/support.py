@@ -42,9 +42,33 @@ def openai_client(url: str, **kwargs: Any) -> Any:
     return client
 
 
+def anthropic_client(url: str, **kwargs: Any) -> Any:
+    """An ``anthropic.AsyncAnthropic`` for the proxy at ``url`` (its base URL, as with
+    ``ANTHROPIC_BASE_URL``), strict validation, no retries."""
+    import anthropic
+
+    client = anthropic.AsyncAnthropic(
+        base_url=url,
+        api_key=kwargs.pop("api_key", "unused"),
+        max_retries=kwargs.pop("max_retries", 0),
+        _strict_response_validation=True,
+        **kwargs,
+    )
+    OPEN_CLIENTS.append(client)
+    return client
+
+
 @dataclass
 class Sim:
     url: str
+
+    async def received(self) -> list[dict[str, Any]]:
+        """The requests the simulator received, oldest first (``/_sim/requests``)."""
+        async with httpx2.AsyncClient() as client:
+            response = await client.get(f"{self.url}/_sim/requests")
+            response.raise_for_status()
+            entries: list[dict[str, Any]] = response.json()["requests"]
+            return entries
 
     async def stats(self) -> dict[str, Any]:
         async with httpx2.AsyncClient() as client:

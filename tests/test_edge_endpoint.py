@@ -133,7 +133,7 @@ async def test_client_that_leaves_while_sending_its_body_gets_nothing_and_costs_
             handled.append(payload)
             raise AssertionError("the pipeline must not run")
 
-        def record_refused(self, status: int, arrived: float) -> None:
+        def record_refused(self, status: int, arrived: float, **kwargs: Any) -> None:
             refused.append(status)  # still a request, for the metrics: a 499
 
     recording: Any = _Recording()
@@ -344,7 +344,7 @@ async def test_a_body_still_arriving_at_the_deadline_is_a_408_that_closes_the_co
         async def handle(self, payload: object, arrived: float) -> Any:
             raise AssertionError("the pipeline must not run")
 
-        def record_refused(self, status: int, arrived: float) -> Any:
+        def record_refused(self, status: int, arrived: float, **kwargs: Any) -> Any:
             refused.append(status)
             from trio_batcher.observatory.metrics import Timing
 

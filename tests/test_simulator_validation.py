@@ -749,7 +749,11 @@ GOOD: list[tuple[str, dict[str, Any], str]] = [
     ("max_tokens 0 pre-warms the cache", body(max_tokens=0), OLD),
     ("leading assistant turn", body(messages=[{"role": "assistant", "content": "Hi!"}, USER]), OLD),
     ("consecutive user turns", body(messages=[USER, USER]), OLD),
-    ("system-role message", body(messages=[{"role": "system", "content": "Be brief."}, USER]), OLD),
+    (
+        "mid-conversation system message",
+        body(model="claude-opus-4-8", messages=[USER, {"role": "system", "content": "Be brief."}]),
+        OLD,
+    ),
     ("empty prefill", body(messages=[USER, {"role": "assistant", "content": ""}]), OLD),
     ("empty prefill list", body(messages=[USER, {"role": "assistant", "content": []}]), OLD),
     ("prefill", body(messages=[USER, {"role": "assistant", "content": "The answer is"}]), OLD),
@@ -1110,13 +1114,18 @@ FEATURES: dict[str, tuple[dict[str, Any], str]] = {
     "temperature": (body(temperature=0.5), "`temperature` is deprecated for this model."),
     "top_p": (body(top_p=0.9), "`top_p` is deprecated for this model."),
     "top_k": (body(top_k=40), "`top_k` is deprecated for this model."),
+    "system message": (
+        body(messages=[USER, {"role": "system", "content": "Be brief."}]),
+        "messages.1.role: Input should be 'user' or 'assistant'",
+    ),
 }
-BEFORE_4_6 = frozenset({"adaptive thinking", "effort", "xhigh effort"})
-OPUS_4_5 = frozenset({"adaptive thinking", "xhigh effort"})
-FROM_4_6 = frozenset({"prefill", "xhigh effort"})
+BEFORE_4_6 = frozenset({"adaptive thinking", "effort", "xhigh effort", "system message"})
+OPUS_4_5 = frozenset({"adaptive thinking", "xhigh effort", "system message"})
+FROM_4_6 = frozenset({"prefill", "xhigh effort", "system message"})
 ADAPTIVE_ONLY_MODELS = frozenset(
     {"prefill", "enabled thinking", "disabled thinking", "temperature", "top_p", "top_k"}
 )
+OPUS_4_7 = ADAPTIVE_ONLY_MODELS | {"system message"}  # they came with Opus 4.8
 # model -> the features it refuses; (future) marks ids no model has yet.
 MODEL_RULES: dict[str, frozenset[str]] = {
     "claude-haiku-4-5": BEFORE_4_6,
@@ -1131,8 +1140,8 @@ MODEL_RULES: dict[str, frozenset[str]] = {
     "claude-sonnet-4-6-20260217": FROM_4_6,
     "claude-haiku-4-6": FROM_4_6,  # (future)
     "claude-sonnet-4-7": FROM_4_6,  # (future) only Opus went adaptive-only in 4.x
-    "claude-opus-4-7": ADAPTIVE_ONLY_MODELS,
-    "claude-opus-4-7-20260416": ADAPTIVE_ONLY_MODELS,
+    "claude-opus-4-7": OPUS_4_7,
+    "claude-opus-4-7-20260416": OPUS_4_7,
     "claude-opus-4-8": ADAPTIVE_ONLY_MODELS,
     "claude-opus-4-9": ADAPTIVE_ONLY_MODELS,  # (future)
     "claude-sonnet-5": ADAPTIVE_ONLY_MODELS,

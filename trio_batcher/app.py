@@ -27,6 +27,8 @@ from werkzeug.exceptions import HTTPException
 from .admission.dispatch import DirectDispatcher, Dispatcher
 from .admission.gate import AdmissionGate
 from .admission.windows import Batcher
+from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountTokensDoor, MessagesDoor
+from .edge.anthropic_models import anthropic_model, anthropic_model_list
 from .edge.auth import client_key, key_matches, proxy_key_error
 from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
@@ -39,6 +41,7 @@ from .observatory.pricing import load_pricing
 from .observatory.prometheus import PrometheusExporter
 from .pipeline.core import Pipeline
 from .settings import Settings
+from .translation.anthropic_messages import error_reply as anthropic_error_reply
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
 
@@ -205,7 +208,11 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         ApiEndpoint(
             app.asgi_app,
             lambda: app.runtime.pipeline if app.runtime is not None else None,
-            {CHAT_PATH: OpenAIChatDoor(settings)},
+            {
+                CHAT_PATH: OpenAIChatDoor(settings),
+                MESSAGES_PATH: MessagesDoor(),
+                COUNT_TOKENS_PATH: CountTokensDoor(),
+            },
             max_body_bytes=settings.max_body_bytes,
             api_keys=settings.proxy_api_keys,
             body_timeout=settings.request_timeout_s,
@@ -246,7 +253,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.errorhandler(ProxyError)
     async def _proxy_error(exc: ProxyError) -> Response:
-        return json_response(exc.body(), exc.status, exc.headers)
+        return _error_response(exc)
 
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException) -> Response:
@@ -271,8 +278,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             message = body_too_large(settings.max_body_bytes).message
         else:
             message = exc.description or exc.name
-        err = ProxyError(status, message, code=_slug(exc.name))
-        return json_response(err.body(), status, headers)
+        err = ProxyError(status, message, code=_slug(exc.name), headers=headers)
+        return _error_response(err)
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
@@ -300,13 +307,17 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.get("/v1/models")
     async def models() -> Response:
-        listed = await runtime().models.models()
-        return json_response(list_models(settings.default_model, listed))
+        catalogue = runtime().models
+        listed = list_models(settings.default_model, await catalogue.models())
+        if _anthropic_client():
+            page = anthropic_model_list(listed["data"], request.args, catalogue.infos)
+            return json_response(page)
+        return json_response(listed)
 
     @app.get("/v1/models/<path:model_id>")
     async def model(model_id: str) -> Response:
-        listed = await runtime().models.models()
-        found = find_model(model_id, settings.default_model, listed)
+        catalogue = runtime().models
+        found = find_model(model_id, settings.default_model, await catalogue.models())
         if found is None:
             raise ProxyError(
                 404,
@@ -314,8 +325,12 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 param="model",
                 code="model_not_found",
             )
+        if _anthropic_client():
+            return json_response(anthropic_model(found, catalogue.infos))
         return json_response(found)
 
+    @app.post(MESSAGES_PATH)
+    @app.post(COUNT_TOKENS_PATH)
     @app.post(CHAT_PATH)
     async def chat_completions() -> Response:
         # Served by ``ApiEndpoint`` in front of Quart (``edge.endpoint``); registered so
@@ -432,6 +447,20 @@ async def _visual_file(name: str) -> Response:
     response = await send_file(path)
     response.headers["Cache-Control"] = "no-cache"
     return response
+
+
+def _anthropic_client() -> bool:
+    """Whether the request speaks Anthropic's dialect: its SDKs and Claude Code always send
+    ``anthropic-version``; OpenAI clients never do."""
+    return "anthropic-version" in request.headers or request.path.startswith(MESSAGES_PATH)
+
+
+def _error_response(exc: ProxyError) -> Response:
+    """A gateway error in the requesting client's dialect."""
+    if _anthropic_client():
+        status, body, headers = anthropic_error_reply(exc)
+        return Response(body, status=status, headers=headers, content_type=_JSON)
+    return json_response(exc.body(), exc.status, exc.headers)
 
 
 def _slug(name: str) -> str:

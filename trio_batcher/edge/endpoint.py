@@ -56,10 +56,23 @@ _KEY_HEADERS: Final = frozenset({b"authorization", b"api-key", b"x-api-key"})
 class Door(Protocol):
     """One client dialect's POST route: how its requests are decoded and its errors spelled."""
 
+    @property
+    def surface(self) -> str:
+        """The observatory's name for the route (``"openai.chat"``...)."""
+        ...
+
     async def handle(
-        self, pipeline: Pipeline, payload: object, scope: Scope, arrived: float, *, large: bool
+        self,
+        pipeline: Pipeline,
+        payload: object,
+        raw: bytes,
+        scope: Scope,
+        arrived: float,
+        *,
+        large: bool,
     ) -> JSONReply | StreamReply:
-        """Answer a parsed body; raises ``ProxyError`` for anything but success."""
+        """Answer a parsed body (``raw``: as it arrived); raises ``ProxyError`` for anything
+        but success."""
         ...
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
@@ -138,7 +151,7 @@ class ApiEndpoint:
                     headers={"Connection": "close"},
                 )
             if raw is None:  # the client left while sending its body: nothing to answer
-                pipeline.record_refused(CLIENT_CLOSED, arrived)
+                pipeline.record_refused(CLIENT_CLOSED, arrived, surface=door.surface)
                 return
             if len(raw) < LARGE_BODY_BYTES:
                 payload = parse_json_body(raw)
@@ -149,7 +162,7 @@ class ApiEndpoint:
         except Exception as exc:
             if pipeline is not None:
                 status = exc.status if isinstance(exc, ProxyError) else 500
-                timing = pipeline.record_refused(status, arrived)
+                timing = pipeline.record_refused(status, arrived, surface=door.surface)
                 if isinstance(exc, ProxyError):
                     exc.headers["Server-Timing"] = timing.server_timing_header()
             await _send_error(send, exc, door, scope)
@@ -157,7 +170,7 @@ class ApiEndpoint:
         large = len(raw) >= LARGE_BODY_BYTES
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
-            await _answer(door, pipeline, payload, scope, arrived, send, large=large)
+            await _answer(door, pipeline, payload, raw, scope, arrived, send, large=large)
             nursery.cancel_scope.cancel()
 
     def _authenticate(self, scope: Scope) -> None:
@@ -178,6 +191,7 @@ async def _answer(
     door: Door,
     pipeline: Pipeline,
     payload: object,
+    raw: bytes,
     scope: Scope,
     arrived: float,
     send: Send,
@@ -186,7 +200,7 @@ async def _answer(
 ) -> None:
     """Run the door and send its answer; raises only ``trio.Cancelled``."""
     try:
-        reply = await door.handle(pipeline, payload, scope, arrived, large=large)
+        reply = await door.handle(pipeline, payload, raw, scope, arrived, large=large)
     except Exception as exc:
         await _send_error(send, exc, door, scope)
         return

@@ -29,9 +29,8 @@ ASGIApp = Callable[..., Awaitable[None]]
 # How long after a stream's deadline its resources are freed even if a write is stuck.
 _EXPIRE_MARGIN_S: Final = 1.0
 _SLASHES: Final = re.compile("/{2,}")
-_API_ROOTS: Final = frozenset(
-    {"/v1/chat/completions", "/v1/models", "/chat/completions", "/models"}
-)
+_API_ROUTES: Final = ("/chat/completions", "/models", "/messages", "/messages/count_tokens")
+_API_ROOTS: Final = frozenset({*_API_ROUTES, *(f"/v1{route}" for route in _API_ROUTES)})
 JSON_HEADERS: Final = ((b"content-type", b"application/json"),)
 _SSE_HEADERS: Final = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -45,7 +44,8 @@ def normalize_path(path: str) -> str:
 
     ``http://host:8000/`` as a base URL gives ``//v1/chat/completions``; one without ``/v1``
     gives ``/chat/completions`` (other gateways answer both); a trailing slash sneaks in
-    the same way. A request target in absolute form (``http://host/v1/models``, which
+    the same way. ``ANTHROPIC_BASE_URL=http://host:8000/v1`` makes the Anthropic SDKs ask
+    for ``/v1/v1/messages``. A request target in absolute form (``http://host/v1/models``, which
     HTTP/1.1 servers must accept) arrives with its scheme and host: only its path counts.
     Every layer behind this one, auth included, sees the canonical path.
     """
@@ -53,6 +53,8 @@ def normalize_path(path: str) -> str:
         path = "/" + urlsplit(path).path.lstrip("/")
     if "//" in path:
         path = _SLASHES.sub("/", path)
+    if path.startswith("/v1/v1/"):
+        path = path[3:]
     if len(path) > 1 and path.endswith("/") and path.rstrip("/") in _API_ROOTS:
         path = path.rstrip("/")
     if (path in _API_ROOTS and not path.startswith("/v1/")) or path.startswith("/models/"):

@@ -129,6 +129,9 @@ class ModelCatalogue:
     def __init__(self, fetch: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]) -> None:
         self._fetch = fetch
         self._models: tuple[Model, ...] = KNOWN_MODELS
+        # The upstream's own model objects by id (aliases: their dated model's), for the
+        # Anthropic-shaped list, which relays them with every field the upstream gave.
+        self.infos: dict[str, Mapping[str, Any]] = {}
         self._fresh_until = -float("inf")
         self._lock = trio.Lock()
         self.source = "bundled"
@@ -142,7 +145,8 @@ class ModelCatalogue:
                 return self._models
             try:
                 with trio.fail_after(FETCH_TIMEOUT_S):
-                    listed = from_anthropic(await self._fetch())
+                    fetched = await self._fetch()
+                    listed = from_anthropic(fetched)
                 if not listed:
                     raise ProxyError(502, "the upstream listed no models")
             except (ProxyError, trio.TooSlowError) as exc:
@@ -155,9 +159,23 @@ class ModelCatalogue:
                 self._fresh_until = now + RETRY_AFTER_FAILURE_S
                 return self._models
             self._models = listed
+            self.infos = _infos_by_id(fetched)
             self.source = "upstream"
             self._fresh_until = now + FRESH_FOR_S
             return self._models
+
+
+def _infos_by_id(infos: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    found: dict[str, Mapping[str, Any]] = {}
+    for info in infos:
+        model_id = info.get("id")
+        if not isinstance(model_id, str) or not model_id:
+            continue
+        found[model_id] = info
+        dated = _DATED.match(model_id)
+        if dated is not None:
+            found.setdefault(dated.group(1), {**info, "id": dated.group(1)})
+    return found
 
 
 def _unix_time(value: object) -> int:

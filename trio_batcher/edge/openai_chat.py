@@ -36,6 +36,8 @@ SURFACE: Final = "openai.chat"
 class OpenAIChatDoor:
     """Chat Completions in, Anthropic Messages upstream."""
 
+    surface: Final = SURFACE
+
     def __init__(self, settings: Settings) -> None:
         self._options = TranslationOptions(
             default_model=settings.default_model,
@@ -47,9 +49,16 @@ class OpenAIChatDoor:
         self._large_bodies = trio.CapacityLimiter(1)
 
     async def handle(
-        self, pipeline: Pipeline, payload: object, scope: Scope, arrived: float, *, large: bool
+        self,
+        pipeline: Pipeline,
+        payload: object,
+        raw: bytes,
+        scope: Scope,
+        arrived: float,
+        *,
+        large: bool,
     ) -> JSONReply | StreamReply:
-        del scope
+        del raw, scope  # translated from the parsed body
         try:
             if large:
                 tr = await trio.to_thread.run_sync(
@@ -61,7 +70,7 @@ class OpenAIChatDoor:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.
             stream = isinstance(payload, dict) and payload.get("stream") is True
-            timing = pipeline.record_refused(exc.status, arrived, stream=stream)
+            timing = pipeline.record_refused(exc.status, arrived, stream=stream, surface=SURFACE)
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
         codec = OpenAIChatCodec(tr, completion_id=new_completion_id(), created=int(time.time()))

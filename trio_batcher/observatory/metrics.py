@@ -36,18 +36,21 @@ When metrics are disabled the application holds no registry at all, so nothing h
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, Literal, final
 
+from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
+from .latency import Histogram, HistogramCounts, percentile_ms, summary_ms
+from .latency import Timing as Timing
+from .latency import percentile as percentile
 from .pricing import ModelPrice, PriceTable, TokenUsage
+from .surfaces import SurfaceStatistics, SurfaceTotals, surface_snapshot
 
 __all__ = [
     "LATENCY_BUCKETS",
@@ -64,74 +67,11 @@ __all__ = [
 
 WINDOW_MIN: Final = 1
 WINDOW_MAX: Final = 100_000
-# Seconds. LLM calls run from tens of milliseconds (a cached short reply, an early error) to
-# minutes (long generations), so the buckets span four orders of magnitude.
-LATENCY_BUCKETS: Final[tuple[float, ...]] = (
-    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
-)  # fmt: skip
 NO_MODEL: Final = "(none)"
 OTHER_MODELS: Final = "(other)"
 _RESERVED: Final = frozenset({NO_MODEL, OTHER_MODELS})
 _MAX_MODEL_NAME: Final = 128
 _WINDOW_REASONS: Final = ("size", "time", "drain")
-
-
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending, non-empty sequence.
-
-    The rank is ``round(p / 100 * (n - 1))`` clamped into ``[0, n - 1]``, with Python's
-    round (ties go to the even rank), so p100 is the maximum, p0 the minimum, a single
-    sample is every percentile, and the answer is always an observed sample, never an
-    interpolation.
-    """
-    n = len(sorted_values)
-    rank = round(p / 100.0 * (n - 1))
-    return sorted_values[max(0, min(n - 1, rank))]
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Where one request's time went, in seconds (None where a part did not happen).
-
-    ``total`` is what the client experienced, admission wait included. ``queue`` is the
-    time before our upstream call started (gate wait plus window wait). ``upstream`` runs
-    from the call's start to its last byte, ``upstream_ttfb`` to its response headers;
-    ``ttft`` (streams) runs from the request's arrival to the first token sent.
-    """
-
-    total: float
-    queue: float = 0.0
-    upstream_ttfb: float | None = None
-    ttft: float | None = None
-    upstream: float | None = None
-
-    @property
-    def overhead(self) -> float:
-        """The proxy's own time: total minus queue minus upstream, never negative."""
-        upstream = 0.0 if self.upstream is None else self.upstream
-        return max(0.0, self.total - self.queue - upstream)
-
-    def server_timing_header(self) -> str:
-        """A ``Server-Timing`` header value, milliseconds, listing only the parts that apply.
-
-        Order: queue, upstream, ttfb, ttft, overhead, total; e.g.
-        ``queue;dur=1.2, upstream;dur=40.1, overhead;dur=0.4, total;dur=41.7``.
-        """
-        parts = [("queue", self.queue)]
-        if self.upstream is not None:
-            parts.append(("upstream", self.upstream))
-        if self.upstream_ttfb is not None:
-            parts.append(("ttfb", self.upstream_ttfb))
-        if self.ttft is not None:
-            parts.append(("ttft", self.ttft))
-        parts += [("overhead", self.overhead), ("total", self.total)]
-        return ", ".join(f"{name};dur={_header_ms(seconds)}" for name, seconds in parts)
-
-
-def _header_ms(seconds: float) -> str:
-    text = f"{seconds * 1000.0:.3f}".rstrip("0")
-    return text + "0" if text.endswith(".") else text
 
 
 @final
@@ -143,17 +83,6 @@ class Gauges:
     waiting: int
     upstream_in_flight: int
     upstream_cap: int | None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class HistogramCounts:
-    """An all-time latency histogram: cumulative counts per upper bound, then +Inf."""
-
-    bounds: tuple[float, ...]
-    cumulative: tuple[int, ...]  # len(bounds) + 1; the last is the +Inf bucket == count
-    sum: float
-    count: int
 
 
 @final
@@ -201,26 +130,7 @@ class MetricsStatistics:
     windowed_requests: int
     histograms: Mapping[str, HistogramCounts]
     started_at: float  # Unix time
-
-
-class _Histogram:
-    __slots__ = ("_counts", "_sum")
-
-    def __init__(self) -> None:
-        self._counts = [0] * (len(LATENCY_BUCKETS) + 1)
-        self._sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        # bisect_left puts a value equal to a bound in that bound's bucket: Prometheus' "le".
-        self._counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self._sum += seconds
-
-    def counts(self) -> HistogramCounts:
-        running, cumulative = 0, []
-        for count in self._counts:
-            running += count
-            cumulative.append(running)
-        return HistogramCounts(LATENCY_BUCKETS, tuple(cumulative), self._sum, running)
+    by_surface: Mapping[str, SurfaceStatistics] = field(default_factory=dict)
 
 
 class _ModelTotals:
@@ -305,7 +215,8 @@ class MetricsRegistry:
         self._rejected: dict[str, int] = {}
         self._windows: dict[str, int] = dict.fromkeys(_WINDOW_REASONS, 0)
         self._windowed_requests = 0
-        self._histograms = {name: _Histogram() for name in ("request", "ttft", "queue", "upstream")}
+        self._surfaces: dict[str, SurfaceTotals] = {}  # named by the code: one per door
+        self._histograms = {name: Histogram() for name in ("request", "ttft", "queue", "upstream")}
         self._samples: dict[str, deque[float]] = {
             name: deque(maxlen=self.window)
             for name in ("total", "queue", "upstream_ttfb", "ttft", "upstream", "overhead")
@@ -314,13 +225,27 @@ class MetricsRegistry:
     # -- recording -------------------------------------------------------------------------
 
     def record_success(
-        self, model: str, usage: Mapping[str, Any], timing: Timing, *, stream: bool = False
+        self,
+        model: str,
+        usage: Mapping[str, Any],
+        timing: Timing,
+        *,
+        stream: bool = False,
+        surface: str | None = None,
     ) -> None:
-        """Count a request answered from upstream: latency, tokens, and cost if priced."""
+        """Count a request answered from upstream: latency, tokens, and cost if priced.
+
+        ``surface``: the door it came in by, counted apart as well (``by_surface``).
+        """
         with self._lock:
             entry = self._count_request(model, "200", timing, stream, answered=True)
             self._success += 1
-            self._spend(model, entry, TokenUsage.from_anthropic(usage))
+            tokens = TokenUsage.from_anthropic(usage)
+            cost = self._spend(model, entry, tokens)
+            if surface is not None:
+                self._surface(surface).record(
+                    "200", timing, stream=stream, tokens=tokens, cost=cost
+                )
 
     def record_error(
         self,
@@ -330,6 +255,7 @@ class MetricsRegistry:
         *,
         stream: bool = False,
         usage: Mapping[str, Any] | None = None,
+        surface: str | None = None,
     ) -> None:
         """Count a request that ended in an error: latency, and tokens and cost only for
         ``usage`` the upstream reported before it ended (a stream its client left)."""
@@ -339,10 +265,29 @@ class MetricsRegistry:
             entry = self._count_request(model, str(status), timing, stream, answered=answered)
             entry.errors += 1
             self._errors += 1
+            tokens = cost = None
             if usage and model is not None:
-                self._spend(model, entry, TokenUsage.from_anthropic(usage))
+                tokens = TokenUsage.from_anthropic(usage)
+                cost = self._spend(model, entry, tokens)
+            if surface is not None:
+                self._surface(surface).record(
+                    str(status), timing, stream=stream, tokens=tokens, cost=cost
+                )
 
-    def _spend(self, model: str, entry: _ModelTotals, tokens: TokenUsage) -> None:
+    def record_call(self, surface: str, status: int, timing: Timing) -> None:
+        """Count a call that generates nothing (``count_tokens``): under its surface only,
+        outside ``requests``, tokens, cost and the latency samples of generations."""
+        with self._lock:
+            self._surface(surface).record(str(status), timing, stream=False)
+
+    def _surface(self, name: str) -> SurfaceTotals:
+        entry = self._surfaces.get(name)
+        if entry is None:
+            entry = self._surfaces[name] = SurfaceTotals(self.window)
+        return entry
+
+    def _spend(self, model: str, entry: _ModelTotals, tokens: TokenUsage) -> Decimal | None:
+        """Add ``tokens`` to the totals; their cost, or None when unpriced."""
         entry.add_tokens(tokens)
         self._all.add_tokens(tokens)
         price = self.pricing.price_for(model) if entry.shared else entry.price
@@ -350,10 +295,11 @@ class MetricsRegistry:
             cost = price.cost(tokens)
             entry.cost += cost
             self._all.cost += cost
-        else:
-            entry.priced = False
-            self._unpriced.requests += 1
-            self._unpriced.add_tokens(tokens)
+            return cost
+        entry.priced = False
+        self._unpriced.requests += 1
+        self._unpriced.add_tokens(tokens)
+        return None
 
     def record_rejected(self, reason: str) -> None:
         """Count a request shed before any work (queue_full, queue_timeout, shutdown, ...).
@@ -446,6 +392,7 @@ class MetricsRegistry:
             windowed_requests=self._windowed_requests,
             histograms={name: h.counts() for name, h in self._histograms.items()},
             started_at=self._started_wall,
+            by_surface={name: entry.statistics() for name, entry in self._surfaces.items()},
         )
 
     def snapshot(self, gauges: Gauges | None = None) -> dict[str, Any]:
@@ -457,6 +404,7 @@ class MetricsRegistry:
         with self._lock:
             stats = self._statistics()
             samples = {name: list(values) for name, values in self._samples.items()}
+            surface_samples = {name: entry.samples() for name, entry in self._surfaces.items()}
             uptime = self._clock() - self._started_mono
         # Sorting happens outside the lock: recording never waits on a snapshot's sort.
         for values in samples.values():
@@ -476,10 +424,10 @@ class MetricsRegistry:
                 "by_status": dict(sorted(by_status.items())),
             },
             "latency": {
-                "p50_ms": _percentile_ms(total, 50),
-                "p95_ms": _percentile_ms(total, 95),
-                "p99_ms": _percentile_ms(total, 99),
-                "max_ms": _percentile_ms(total, 100),
+                "p50_ms": percentile_ms(total, 50),
+                "p95_ms": percentile_ms(total, 95),
+                "p99_ms": percentile_ms(total, 99),
+                "max_ms": percentile_ms(total, 100),
                 "sample_count": len(total),
                 "window": self.window,
             },
@@ -540,28 +488,15 @@ class MetricsRegistry:
                 for name, m in stats.by_model.items()
             },
             "timing": {
-                f"{name}_ms": _summary_ms(samples[name])
+                f"{name}_ms": summary_ms(samples[name])
                 for name in ("queue", "upstream_ttfb", "ttft", "upstream", "overhead")
+            },
+            "by_surface": {
+                name: surface_snapshot(stats.by_surface[name], surface_samples[name])
+                for name in sorted(stats.by_surface)
             },
             "started_at": datetime.fromtimestamp(stats.started_at, UTC).isoformat(
                 timespec="milliseconds"
             ),
             "uptime_s": round(uptime, 3),
         }
-
-
-def _percentile_ms(sorted_seconds: Sequence[float], p: float) -> float | None:
-    if not sorted_seconds:
-        return None
-    value = percentile(sorted_seconds, p) * 1000.0
-    return round(value, 3) if math.isfinite(value) else None
-
-
-def _summary_ms(sorted_seconds: Sequence[float]) -> dict[str, float | int | None]:
-    return {
-        "p50": _percentile_ms(sorted_seconds, 50),
-        "p95": _percentile_ms(sorted_seconds, 95),
-        "p99": _percentile_ms(sorted_seconds, 99),
-        "max": _percentile_ms(sorted_seconds, 100),
-        "sample_count": len(sorted_seconds),
-    }

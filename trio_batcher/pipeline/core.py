@@ -121,10 +121,9 @@ class Pipeline:
             # The client left while queued: not shed, but it was a request, so count it.
             waited = trio.current_time() - arrived
             self.record_error(
-                request.model,
+                request,
                 CLIENT_CLOSED,
                 Timing(total=waited, queue=waited),
-                stream=request.stream,
             )
             raise
         except Shed as shed:
@@ -189,13 +188,18 @@ class Pipeline:
                 timing = self.timing(arrived, dispatched)
                 if failure is not None:  # an error answer shows where its time went too
                     failure.headers["Server-Timing"] = timing.server_timing_header()
-                self.record_error(request.model, status, timing, stream=False)
+                self.record_error(request, status, timing)
         body = codec.reply(reply.message, reply.raw)
         timing = self.timing(
             arrived, dispatched, reply.started_at, reply.first_byte_at, reply.finished_at
         )
         if self.metrics is not None:
-            self.metrics.record_success(request.model, reply.message.get("usage") or {}, timing)
+            self.metrics.record_success(
+                request.model,
+                reply.message.get("usage") or {},
+                timing,
+                surface=request.surface,
+            )
         headers = codec.headers(reply.headers)
         headers["Server-Timing"] = timing.server_timing_header()
         return JSONReply(body, headers)
@@ -320,25 +324,71 @@ class Pipeline:
             upstream=None if begun is None else (finished_at or now) - begun,
         )
 
-    def record_refused(self, status: int, arrived: float, *, stream: bool = False) -> Timing:
+    def record_refused(
+        self, status: int, arrived: float, *, stream: bool = False, surface: str | None = None
+    ) -> Timing:
         """Count a request answered with an error before any upstream work (bad input, a
         missing key): a request all the same, under the model ``(none)``."""
         timing = Timing(total=trio.current_time() - arrived)
         if self.metrics is not None:
-            self.metrics.record_error(None, status, timing, stream=stream)
+            self.metrics.record_error(None, status, timing, stream=stream, surface=surface)
         return timing
 
     def record_error(
         self,
-        model: str,
+        request: UpstreamRequest,
         status: int,
         timing: Timing,
-        *,
-        stream: bool,
         usage: Mapping[str, Any] | None = None,
     ) -> None:
         if self.metrics is not None:
-            self.metrics.record_error(model, status, timing, stream=stream, usage=usage)
+            self.metrics.record_error(
+                request.model,
+                status,
+                timing,
+                stream=request.stream,
+                usage=usage,
+                surface=request.surface,
+            )
+
+    # -- calls that generate nothing --------------------------------------------------------
+
+    async def count_tokens(
+        self, request: UpstreamRequest, arrived: float
+    ) -> tuple[UpstreamReply, Timing]:
+        """Forward a ``count_tokens`` call: the request's deadline, cooldowns and retries,
+        but no gate slot or window (it generates nothing, and clients send it in bursts).
+        Counted under its surface only; raises ``ProxyError``."""
+        deadline = arrived + self.settings.request_timeout_s
+        status = CLIENT_CLOSED
+        started: float | None = None
+        try:
+            early = self._resilience.shed_error(deadline, request.model)
+            if early is not None:
+                raise early
+            reply = None
+            started = trio.current_time()
+            with trio.move_on_at(deadline):
+                reply = await call_with_resilience(
+                    partial(self._upstream.count_tokens, request),
+                    deadline=deadline,
+                    ctx=self._resilience,
+                    headers_of=_reply_headers_of,
+                    model=request.model,
+                )
+            if reply is None:
+                raise deadline_error(self.settings)
+            status = 200
+            return reply, self.timing(
+                arrived, started, reply.started_at, reply.first_byte_at, reply.finished_at
+            )
+        except ProxyError as exc:
+            status = exc.status
+            exc.headers["Server-Timing"] = self.timing(arrived, started).server_timing_header()
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.record_call(request.surface, status, self.timing(arrived, started))
 
 
 def _reply_headers_of(reply: UpstreamReply) -> Mapping[str, str]:

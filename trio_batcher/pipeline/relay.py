@@ -225,10 +225,13 @@ class StreamRelay:
         metrics = self._pipeline.metrics
         if metrics is None:
             return
+
         timing = self.timing()
         usage = self._tally.usage
         if self.status == 200:
-            metrics.record_success(self._request.model, usage, timing, stream=True)
+            metrics.record_success(
+                self._request.model, usage, timing, stream=True, surface=self._request.surface
+            )
         else:
             # What the upstream reported before the end is spent all the same. Anthropic
             # reports output tokens only at the end, so the deltas relayed (each at least a
@@ -237,4 +240,4 @@ class StreamRelay:
                 usage["output_tokens"] = max(
                     int(usage.get("output_tokens") or 0), self._tally.deltas
                 )
-            metrics.record_error(self._request.model, self.status, timing, stream=True, usage=usage)
+            self._pipeline.record_error(self._request, self.status, timing, usage)

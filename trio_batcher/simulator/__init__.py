@@ -1,14 +1,19 @@
 """A simulated Anthropic Messages API: ``trio-batcher serve --simulate`` and the benchmark's
 upstream, faithful enough that the official ``anthropic`` SDK parses everything it sends.
 
-See ``app.py`` for the request flow, ``replies.py`` for what it answers, ``faults.py`` for
-fault injection (including ``times=N`` directives that fail only the first N requests),
-``ratelimit.py`` for the enforced request/token rate limits, ``overload.py`` for 529
-overload windows and ``stats.py`` for ``/_sim/stats``.
+See ``app.py`` for the request flow and the routes, ``validation.py`` (and ``betas.py``
+for what ``anthropic-beta`` unlocks) for what it refuses, ``replies.py`` for what it
+answers, ``faults.py`` for fault injection (including ``times=N`` directives that fail only
+the first N requests), ``ratelimit.py`` for the enforced request/token rate limits,
+``overload.py`` for 529 overload windows, ``stats.py`` for ``/_sim/stats`` and
+``received.py`` for ``/_sim/requests``, the log of what the simulator received (method,
+path, query, every header, the body) that lets a gateway test assert what reached the
+upstream.
 """
 
 from __future__ import annotations
 
+from .app import SimulatorApp as SimulatorApp
 from .app import create_simulator_app as create_simulator_app
 from .app import run_simulator as run_simulator
 from .config import SimulatorConfig as SimulatorConfig
@@ -17,10 +22,15 @@ from .errors import SimulatorInvalidRequest as SimulatorInvalidRequest
 from .faults import Faults as Faults
 from .faults import parse_faults as parse_faults
 from .latency import schedule as schedule
+from .received import ReceivedLog as ReceivedLog
+from .received import ReceivedRequest as ReceivedRequest
 from .validation import validate_messages_request as validate_messages_request
 
 __all__ = [
     "Faults",
+    "ReceivedLog",
+    "ReceivedRequest",
+    "SimulatorApp",
     "SimulatorConfig",
     "SimulatorError",
     "SimulatorInvalidRequest",

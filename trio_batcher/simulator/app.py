@@ -1,15 +1,18 @@
 """The simulated Anthropic Messages API as a quart-trio app.
 
 Theory of operation: ``SimulatorApp.asgi_app`` wraps Quart for every HTTP request. It picks
-the ``request-id``, appends it and the ``anthropic-ratelimit-*`` headers to whatever
-response goes out, and, for ``POST /v1/messages``, opens the request's ``Trace`` and
-guarantees in its ``finally`` that the trace is closed -- as ``abandoned`` when nothing
-else closed it, i.e. when the client disconnected and quart-trio cancelled the handler or
-the stream body (``delivery.py``). The handler does the rest in this order: auth,
-``anthropic-version``, body size and JSON, validation, fault directive syntax, the
-enforced rate limits (``ratelimit.py``: 429, nothing charged) and overload windows
-(``overload.py``: 529), fault directives and draws, then the reply (pure, ``replies.py``),
-sent on the latency model's schedule either as one JSON body or as SSE events. Shared state
+the ``request-id``, records the request in the received-requests log (``received.py``:
+headers at once, then the whole body, read before the route runs and replayed to it),
+appends the ``request-id`` and the ``anthropic-ratelimit-*`` headers to whatever response
+goes out, and, for ``POST /v1/messages``, opens the request's ``Trace`` and guarantees in
+its ``finally`` that the trace is closed -- as ``abandoned`` when nothing else closed it,
+i.e. when the client disconnected and quart-trio cancelled the handler or the stream body
+(``delivery.py``). ``/_sim/`` requests get none of this. The handler does the rest in this
+order: auth, ``anthropic-version``, body size and JSON, validation (against the betas of
+``anthropic-beta``, ``betas.py``), fault directive syntax, the enforced rate limits
+(``ratelimit.py``: 429, nothing charged) and overload windows (``overload.py``: 529),
+fault directives and draws, then the reply (pure, ``replies.py``), sent on the latency
+model's schedule either as one JSON body or as SSE events. Shared state
 (``state.py``) is only touched between checkpoints, so a request's rate-limit check and
 charge happen at once, and the headers sent with its response show the bucket it left.
 """
@@ -31,6 +34,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from ..edge.json_depth import deeper_than
 from ..serving import serve_app
+from .betas import parse_betas
 from .config import API_VERSIONS, SimulatorConfig
 from .delivery import stream_body
 from .errors import DEFAULT_MESSAGES, SimulatorError, error_json, error_type_for
@@ -38,6 +42,7 @@ from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_fault
 from .latency import reply_delay, schedule
 from .models import DEFAULT_MAX_OUTPUT_TOKENS, find_model, list_models
 from .prompt import InputUsage, analyse_prompt
+from .received import read_body
 from .replies import Reply
 from .sse import render_stream
 from .state import SimulatorState
@@ -56,9 +61,10 @@ _MAX_JSON_DEPTH: Final = 256
 class SimulatorApp(QuartTrio):
     """QuartTrio plus the simulator's per-request bookkeeping around every HTTP request.
 
-    ``asgi_app`` picks the request id, appends it and the rate-limit headers to whatever
-    response goes out, and for ``POST /v1/messages`` opens the trace and closes it in
-    ``finally`` as ``abandoned`` unless the handler already closed it.
+    ``asgi_app`` picks the request id, logs the request (``sim.received``), appends the id
+    and the rate-limit headers to whatever response goes out, and for ``POST /v1/messages``
+    opens the trace and closes it in ``finally`` as ``abandoned`` unless the handler
+    already closed it. ``sim`` is the state, for in-process tests.
     """
 
     def __init__(self, import_name: str, state: SimulatorState) -> None:
@@ -75,6 +81,7 @@ class SimulatorApp(QuartTrio):
         request_id = "req_sim" + os.urandom(12).hex()
         extras = cast(dict[str, Any], scope)
         extras[_REQUEST_ID] = request_id
+        entry = state.received.record(scope, request_id)
         tracked = scope["method"] == "POST" and scope["path"] == "/v1/messages"
         trace = Trace(request_id, time.monotonic())
         if tracked:
@@ -85,11 +92,15 @@ class SimulatorApp(QuartTrio):
             if message["type"] == "http.response.start":
                 status = message["status"]
                 trace.status = status
+                if entry is not None:
+                    entry.status = status
                 extra = state.response_headers(request_id, status)
                 message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
         try:
+            if entry is not None:
+                receive = await read_body(receive, entry)
             await super().asgi_app(scope, receive, send_with_headers)
         finally:
             if tracked:
@@ -100,8 +111,19 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
     """The simulated upstream as an ASGI app; host it with ``serving.serve_app``.
 
     Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, ``GET /v1/models``,
-    ``GET /v1/models/<id>``, and the introspection endpoints ``GET /_sim/stats``
-    (``?recent=N`` limits the traces returned) and ``POST /_sim/reset``.
+    ``GET /v1/models/<id>`` (any query string, such as Claude Code's ``?beta=true``, is
+    ignored), and the introspection endpoints:
+
+    * ``GET /_sim/stats``: counters and traces (``?recent=N`` limits the traces returned);
+    * ``GET /_sim/requests``: the received-requests log, ``{"requests": [...]}`` oldest
+      first (``?recent=N``: the newest N), each entry as ``ReceivedRequest.to_json``
+      gives it -- ``seq``, ``received_at``, ``request_id``, ``method``, ``path``,
+      ``query``, ``headers`` (every ``[name, value]`` pair, credentials included),
+      ``body`` (text), ``json`` (the parsed body or null), ``body_truncated``, ``status``;
+    * ``POST /_sim/requests/reset``: empty that log;
+    * ``POST /_sim/reset``: reset everything (counters, log, cache, limits, RNG).
+
+    In process, ``app.sim.received`` is the same log (``ReceivedLog``).
     """
     state = SimulatorState(config)
     app = SimulatorApp(__name__, state)
@@ -117,9 +139,13 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
         try:
             api_version = _check_headers(config)
             _, body = await _read_json(config)
-            validate_count_tokens_request(body, api_version=api_version)
+            validate_count_tokens_request(body, api_version=api_version, betas=_betas())
             prompt = analyse_prompt(body, seed=config.seed, cache_hint=False)
-            return _json_response({"input_tokens": prompt.input_tokens})
+            counted: dict[str, Any] = {"input_tokens": prompt.input_tokens}
+            if body.get("context_management") is not None:
+                # the beta reports the count before its edits; the simulator applies none
+                counted["context_management"] = {"original_input_tokens": prompt.input_tokens}
+            return _json_response(counted)
         except SimulatorError as error:
             return _error_response(error)
 
@@ -157,6 +183,16 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
     @app.post("/_sim/reset")
     async def reset() -> Response:
         state.reset()
+        return _json_response({"ok": True})
+
+    @app.get("/_sim/requests")
+    async def received() -> Response:
+        recent = request.args.get("recent", default=None, type=int)
+        return _json_response(state.received.snapshot(recent))
+
+    @app.post("/_sim/requests/reset")
+    async def reset_received() -> Response:
+        state.received.clear()
         return _json_response({"ok": True})
 
     @app.errorhandler(HTTPException)
@@ -228,6 +264,11 @@ def _check_headers(config: SimulatorConfig) -> str:
     return version
 
 
+def _betas() -> frozenset[str]:
+    """The betas the request's ``anthropic-beta`` headers name (repeats and lists folded)."""
+    return parse_betas(request.headers.getlist("anthropic-beta"))
+
+
 def _check_model(body: Mapping[str, Any]) -> None:
     """The checks the real API makes against its model table, after validation.
 
@@ -282,7 +323,7 @@ async def _messages(state: SimulatorState) -> Response:
     try:
         api_version = _check_headers(config)
         raw, body = await _read_json(config)
-        validate_messages_request(body, api_version=api_version)
+        validate_messages_request(body, api_version=api_version, betas=_betas())
         _check_model(body)
         header = request.headers.get(FAULT_HEADER)
         faults = parse_faults(header) if header else NO_FAULTS

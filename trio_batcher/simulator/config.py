@@ -48,6 +48,8 @@ class SimulatorConfig:
         ``overloaded_error``) this often, counting from the first request; 0 for a single
         window at the start (see ``overload.py``).
       overload_for_s: length of each overload window; 0 means never overloaded.
+      request_log_entries: how many received requests ``GET /_sim/requests`` keeps (the
+        newest); 0 keeps none.
     """
 
     ttft_ms: float = 0
@@ -67,6 +69,7 @@ class SimulatorConfig:
     ratelimit_period_s: float = 60.0
     overload_every_s: float = 0
     overload_for_s: float = 0
+    request_log_entries: int = 64
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "tokens_per_s", "retry_after_s"):
@@ -77,7 +80,12 @@ class SimulatorConfig:
         rates = (self.error_rate, self.rate_429, self.rate_529)
         if any(r < 0 for r in rates) or sum(rates) > 1:
             raise ValueError("SimulatorConfig fault rates must be >= 0 and sum to at most 1")
-        if self.reply_tokens < 0 or self.max_request_bytes < 1 or self.cache_entries < 0:
+        if (
+            self.reply_tokens < 0
+            or self.max_request_bytes < 1
+            or self.cache_entries < 0
+            or self.request_log_entries < 0
+        ):
             raise ValueError("SimulatorConfig sizes must be positive")
         for name in ("rpm_limit", "tpm_limit"):
             limit = getattr(self, name)

@@ -64,6 +64,9 @@ class ModelCapabilities:
       effort: ``output_config.effort``.
       xhigh_effort: ``output_config.effort`` ``xhigh`` (when ``effort`` is accepted).
       sampling: ``temperature``, ``top_p`` and ``top_k``.
+      system_messages: ``role: "system"`` messages inside ``messages`` (mid-conversation
+        system messages; "available on Claude Opus 4.8 only" when introduced, and sent by
+        Claude Code to every generation-5 model).
     """
 
     prefill: bool = True
@@ -72,6 +75,7 @@ class ModelCapabilities:
     effort: bool = True
     xhigh_effort: bool = True
     sampling: bool = True
+    system_messages: bool = True
 
 
 PERMISSIVE: Final = ModelCapabilities()
@@ -97,17 +101,18 @@ def model_version(model_id: str) -> tuple[str, int, int] | None:
 def model_capabilities(model_id: str) -> ModelCapabilities:
     """What ``model_id`` accepts, by family and version.
 
-    ====================  =======  ========  ========  ======  =====  ========
-    model                 prefill  enabled/  adaptive  effort  xhigh  sampling
-                                   disabled
-    ====================  =======  ========  ========  ======  =====  ========
-    4.0 - 4.5 (not Opus)  yes      yes       no        no      no     yes
-    Opus 4.5              yes      yes       no        yes     no     yes
-    4.6 (any family)      no       yes       yes       yes     no     yes
-    Opus 4.7 and later    no       no        yes       yes     yes    no
-    Sonnet/Haiku 4.7+     no       yes       yes       yes     no     yes
-    generation 5 and on   no       no        yes       yes     yes    no
-    ====================  =======  ========  ========  ======  =====  ========
+    ====================  =======  ========  ========  ======  =====  ========  ======
+    model                 prefill  enabled/  adaptive  effort  xhigh  sampling  system
+                                   disabled                                     messages
+    ====================  =======  ========  ========  ======  =====  ========  ======
+    4.0 - 4.5 (not Opus)  yes      yes       no        no      no     yes       no
+    Opus 4.5              yes      yes       no        yes     no     yes       no
+    4.6 (any family)      no       yes       yes       yes     no     yes       no
+    Opus 4.7              no       no        yes       yes     yes    no        no
+    Opus 4.8 and later    no       no        yes       yes     yes    no        yes
+    Sonnet/Haiku 4.7+     no       yes       yes       yes     no     yes       no
+    generation 5 and on   no       no        yes       yes     yes    no        yes
+    ====================  =======  ========  ========  ======  =====  ========  ======
     """
     version = model_version(model_id)
     if version is None:
@@ -122,6 +127,7 @@ def model_capabilities(model_id: str) -> ModelCapabilities:
         effort=since_4_6 or (family == "opus" and (major, minor) >= (4, 5)),
         xhigh_effort=adaptive_only,
         sampling=not adaptive_only,
+        system_messages=major >= 5 or (family == "opus" and (major, minor) >= (4, 8)),
     )
 
 

@@ -1,8 +1,8 @@
 """State one simulator app shares between its requests.
 
-Counters and traces (``stats``), the prompt cache, the seeded RNG for latency jitter and
-fault draws, a bounded memo of replies, the enforced rate limits and overload schedule,
-and the use counts of ``times=N`` directives. Trio tasks touch it only between
+Counters and traces (``stats``), the log of received requests (``received``), the prompt
+cache, the seeded RNG for latency jitter and fault draws, a bounded memo of replies, the
+enforced rate limits and overload schedule, and the use counts of ``times=N`` directives. Trio tasks touch it only between
 checkpoints, so no request ever sees another's update half-done.
 """
 
@@ -22,6 +22,7 @@ from .faults import Faults
 from .overload import OverloadSchedule
 from .prompt import InputUsage, Prompt, PromptCache
 from .ratelimit import RateLimits
+from .received import ReceivedLog
 from .replies import Reply, build_reply
 from .sse import Event, render_content
 from .stats import SimulatorStats
@@ -64,6 +65,7 @@ class SimulatorState:
     def __init__(self, config: SimulatorConfig) -> None:
         self.config = config
         self.stats = SimulatorStats()
+        self.received = ReceivedLog(config.request_log_entries)
         self.cache = PromptCache(config.cache_entries)
         self.rng = random.Random(config.seed)
         self._reset_second = -1
@@ -76,9 +78,11 @@ class SimulatorState:
         self._transient: OrderedDict[str, int] = OrderedDict()
 
     def reset(self) -> None:
-        """Zero the counters, empty the prompt cache, re-seed the RNG, refill the rate-limit
-        buckets, restart the overload schedule and forget ``times=N`` use counts."""
+        """Zero the counters, empty the request log and the prompt cache, re-seed the RNG,
+        refill the rate-limit buckets, restart the overload schedule and forget ``times=N``
+        use counts."""
         self.stats.reset()
+        self.received.clear()
         self.cache.clear()
         self.rng.seed(self.config.seed)
         self.limits.reset()

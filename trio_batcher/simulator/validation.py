@@ -2,10 +2,12 @@
 
 Theory of operation: the real API is a pydantic model with ``extra="forbid"`` everywhere
 plus a few cross-field rules (tool_use/tool_result pairing, thinking budget, sampling
-parameters per API version) plus per-model rules (``models.model_capabilities``: prefill,
-thinking types, effort, sampling parameters) and the JSON Schema subset that structured
-outputs and strict tools compile (``schema_subset``). This module mirrors these layers as
-plain functions over the decoded JSON, so property tests elsewhere can call
+parameters per API version, where ``role: "system"`` messages may stand) plus per-model
+rules (``models.model_capabilities``: prefill, thinking types, effort, sampling
+parameters, system messages) and the JSON Schema subset that structured outputs and strict
+tools compile (``schema_subset``). Betas named in ``anthropic-beta`` switch to the beta
+API's larger model (``betas.py`` says which field needs which). This module mirrors these
+layers as plain functions over the decoded JSON, so property tests elsewhere can call
 ``validate_messages_request`` directly to prove that translated requests are valid. A
 field's shape is checked before the model's rules about it, as pydantic would.
 
@@ -21,8 +23,16 @@ Guarantees, in order of importance:
    The per-model rules keep the API's own wording, which names the field inside the text
    (``"thinking.type.enabled" is not supported for this model...``).
 
-The tables of allowed keys mirror the installed ``anthropic`` SDK's request TypedDicts (the
-test suite compares them), so a field the SDK can send is never "extra" here.
+The tables of allowed keys mirror the installed ``anthropic`` SDK's request TypedDicts, the
+beta ones for the ``*_BETA_KEYS`` tables (the test suite compares them), so a field the SDK
+can send is never "extra" here.
+
+Mid-conversation system messages (``role: "system"`` inside ``messages``) need no beta
+("available on Claude Opus 4.8 only. No beta header is required", and Claude Code sends
+them to every generation-5 model); older models refuse the role unless the preview beta
+``mid-conversation-system-2026-04-07`` is named. Where one may stand is documented: never
+first, right after a user message (or an assistant message ending in server tool use),
+and last or before an assistant message.
 
 Pure: no I/O, no clock, no randomness.
 """
@@ -31,9 +41,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, NoReturn
 
+from .betas import BETA_FIELDS, MID_CONVERSATION_SYSTEM, THINKING_DISPLAY_UPDATES, beta_families
 from .config import API_VERSIONS
 from .errors import SimulatorInvalidRequest
 from .models import PERMISSIVE, ModelCapabilities, model_capabilities
@@ -41,7 +52,9 @@ from .schema_subset import validate_schema_subset
 
 __all__ = [
     "BLOCK_KEYS",
+    "COUNT_TOKENS_BETA_KEYS",
     "COUNT_TOKENS_KEYS",
+    "MESSAGES_BETA_KEYS",
     "MESSAGES_KEYS",
     "SimulatorInvalidRequest",
     "validate_count_tokens_request",
@@ -90,6 +103,40 @@ COUNT_TOKENS_KEYS: Final = frozenset(
 )
 """Top-level fields of ``POST /v1/messages/count_tokens``."""
 
+MESSAGES_BETA_KEYS: Final = frozenset(
+    {
+        "billing_policy",
+        "compaction",
+        "context_management",
+        "fallback_credit_token",
+        "fallbacks",
+        "mcp_servers",
+        "thread",
+        "safeguards",  # Claude Code's, under its dangerous-tool-use beta; in no SDK
+    }
+)
+"""Top-level fields only the beta API has: the documented ones need their beta
+(``betas.BETA_FIELDS``), the others any beta; their values are not checked beyond that,
+except ``context_management`` and ``mcp_servers``."""
+
+COUNT_TOKENS_BETA_KEYS: Final = frozenset(
+    {"billing_policy", "compaction", "context_management", "mcp_servers"}
+)
+"""Like ``MESSAGES_BETA_KEYS`` for ``count_tokens``."""
+
+CONTEXT_EDIT_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "clear_tool_uses_20250919": frozenset(
+        {"type", "clear_at_least", "clear_tool_inputs", "exclude_tools", "keep", "trigger"}
+    ),
+    "clear_thinking_20251015": frozenset({"type", "keep"}),
+    "compact_20260112": frozenset({"type", "instructions", "pause_after_compaction", "trigger"}),
+}
+"""The ``context_management.edits`` the beta API knows, and their fields."""
+
+MCP_SERVER_KEYS: Final = frozenset(
+    {"name", "type", "url", "authorization_token", "tool_configuration"}
+)
+
 BLOCK_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "text": frozenset({"type", "text", "cache_control", "citations"}),
     "image": frozenset({"type", "source", "cache_control", "transformations"}),
@@ -123,6 +170,21 @@ _TOOL_RESULT_CONTENT: Final = frozenset(
     {"text", "image", "document", "search_result", "tool_reference", "browser_state"}
 )
 _ASSISTANT_ONLY: Final = frozenset({"tool_use", "thinking", "redacted_thinking"})
+# Blocks only the beta API has, passed through with a shallow check under any beta.
+_BETA_BLOCKS: Final = frozenset(
+    {
+        "advisor_tool_result",
+        "compaction",
+        "fallback",
+        "mcp_tool_listing",
+        "mcp_tool_result",
+        "mcp_tool_use",
+    }
+)
+# Tool changes in the conversation (beta): in a system message or any other.
+_TOOL_CHANGES: Final = frozenset({"tool_addition", "tool_removal"})
+# Beta-only fields of a role "system" message.
+_SYSTEM_MESSAGE_BETA_KEYS: Final = frozenset({"clear_at", "output_config"})
 
 CUSTOM_TOOL_KEYS: Final = frozenset(
     {
@@ -142,11 +204,17 @@ TOOL_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TOOL_USE_ID: Final = re.compile(r"^[a-zA-Z0-9_-]+$")
 # Server tools are versioned by date (``web_search_20250305``); their own fields vary.
 _SERVER_TOOL_TYPE: Final = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$")
+# Beta tool types without a date; toolsets (``mcp_toolset``, ``*_toolset_YYYYMMDD``) have
+# no ``name`` of their own.
+_UNDATED_BETA_TOOLS: Final = frozenset(
+    {"mcp_toolset", "tool_search_tool_bm25", "tool_search_tool_regex"}
+)
 
 IMAGE_MEDIA_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 MAX_CACHE_BREAKPOINTS: Final = 4
 MAX_MESSAGES: Final = 100_000
 MIN_THINKING_BUDGET: Final = 1024
+EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
 
 PREFILL_UNSUPPORTED: Final = (
     "This model does not support assistant message prefill. "
@@ -154,22 +222,42 @@ PREFILL_UNSUPPORTED: Final = (
 )
 
 
-def validate_messages_request(body: object, *, api_version: str) -> None:
+def validate_messages_request(
+    body: object, *, api_version: str, betas: Iterable[str] = frozenset()
+) -> None:
     """Check a ``POST /v1/messages`` body the way the real API does.
 
     Args:
       body: the decoded JSON body.
       api_version: the ``anthropic-version`` header value.
+      betas: the beta names of the ``anthropic-beta`` header (``betas.parse_betas``); they
+        unlock the beta API's fields (see ``betas.py``).
 
     Raises:
       SimulatorInvalidRequest: the first problem found; the message names the field.
     """
-    _validate(body, api_version=api_version, allowed=MESSAGES_KEYS, count_tokens=False)
+    _validate(
+        body,
+        api_version=api_version,
+        allowed=MESSAGES_KEYS,
+        beta_keys=MESSAGES_BETA_KEYS,
+        betas=betas,
+        count_tokens=False,
+    )
 
 
-def validate_count_tokens_request(body: object, *, api_version: str) -> None:
+def validate_count_tokens_request(
+    body: object, *, api_version: str, betas: Iterable[str] = frozenset()
+) -> None:
     """Like ``validate_messages_request`` for ``POST /v1/messages/count_tokens``."""
-    _validate(body, api_version=api_version, allowed=COUNT_TOKENS_KEYS, count_tokens=True)
+    _validate(
+        body,
+        api_version=api_version,
+        allowed=COUNT_TOKENS_KEYS,
+        beta_keys=COUNT_TOKENS_BETA_KEYS,
+        betas=betas,
+        count_tokens=True,
+    )
 
 
 # --------------------------------------------------------------------------- primitives
@@ -250,23 +338,37 @@ def _given(obj: Mapping[str, Any], key: str) -> bool:
 # --------------------------------------------------------------------------- request
 
 
-class _Counter:
-    """Counts ``cache_control`` breakpoints across tools, system and messages."""
+class _Walk:
+    """One validation pass: the betas the request names (as families, see ``betas.py``) and
+    the ``cache_control`` breakpoints counted so far across tools, system and messages."""
 
-    __slots__ = ("breakpoints",)
+    __slots__ = ("betas", "breakpoints")
 
-    def __init__(self) -> None:
+    def __init__(self, betas: Iterable[str]) -> None:
+        self.betas = beta_families(betas)
         self.breakpoints = 0
+
+    @property
+    def any_beta(self) -> bool:
+        """Whether the request names a beta at all (which unlocks the beta API's shapes)."""
+        return bool(self.betas)
 
 
 def _validate(
-    body: object, *, api_version: str, allowed: frozenset[str], count_tokens: bool
+    body: object,
+    *,
+    api_version: str,
+    allowed: frozenset[str],
+    beta_keys: frozenset[str],
+    betas: Iterable[str],
+    count_tokens: bool,
 ) -> None:
     if api_version not in API_VERSIONS:
         _fail("anthropic-version", f"{api_version!r} is not a supported API version")
     if not isinstance(body, dict):
         _fail("body", "Input should be a JSON object")
-    _only(body, allowed, "")
+    walk = _Walk(betas)
+    _only(body, allowed | _unlocked(beta_keys, walk), "")
 
     model = _string(_required(body, "model", ""), "model", non_empty=True)
     # count_tokens: shape only (see the module docstring).
@@ -278,22 +380,21 @@ def _validate(
         if max_tokens < 0:  # 0 is valid: it pre-warms the prompt cache without a reply
             _fail("max_tokens", "Input should be greater than or equal to 0")
 
-    counter = _Counter()
-    tool_names = _tools(body, counter, grammar=grammar)
+    tool_names = _tools(body, walk, grammar=grammar)
     if _given(body, "system"):
-        _system(body["system"], counter)
-    _messages(_required(body, "messages", ""), counter)
-    if counter.breakpoints > MAX_CACHE_BREAKPOINTS:
+        _system(body["system"], walk)
+    _messages(_required(body, "messages", ""), walk, caps)
+    if walk.breakpoints > MAX_CACHE_BREAKPOINTS:
         _fail(
             "",
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
-            f"Found {counter.breakpoints}.",
+            f"Found {walk.breakpoints}.",
         )
     if not caps.prefill and body["messages"][-1]["role"] == "assistant":
         _fail("", PREFILL_UNSUPPORTED)
 
     forced_tool = _tool_choice(body, tool_names)
-    thinking_on = _thinking(body, max_tokens, caps)
+    thinking_on = _thinking(body, max_tokens, caps, walk)
     if thinking_on and forced_tool:
         _fail("tool_choice", "Thinking may not be enabled when tool_choice forces tool use.")
     _sampling(body, api_version=api_version, thinking_on=thinking_on, caps=caps)
@@ -313,7 +414,7 @@ def _validate(
         if _given(metadata, "user_id"):
             _string(metadata["user_id"], "metadata.user_id")
     if _given(body, "output_config"):
-        _output_config(body["output_config"], caps, grammar=grammar)
+        _output_config(body["output_config"], caps, walk, grammar=grammar)
     if _given(body, "service_tier"):
         _choice(body["service_tier"], "service_tier", ("auto", "standard_only"))
     if _given(body, "speed"):
@@ -326,6 +427,21 @@ def _validate(
         _fail("container", "Input should be a string or an object")
     if _given(body, "diagnostics"):
         _object(body["diagnostics"], "diagnostics")
+    if _given(body, "context_management"):
+        if _given(body, "compaction"):
+            _fail("compaction", "compaction cannot be combined with context_management")
+        _context_management(body["context_management"])
+    if _given(body, "mcp_servers"):
+        _mcp_servers(body["mcp_servers"])
+
+
+def _unlocked(beta_keys: frozenset[str], walk: _Walk) -> frozenset[str]:
+    """The beta-API top-level fields the request's betas unlock (see ``betas.py``)."""
+    if not walk.any_beta:
+        return frozenset()
+    return frozenset(
+        key for key in beta_keys if key not in BETA_FIELDS or BETA_FIELDS[key] & walk.betas
+    )
 
 
 def _sampling(
@@ -357,7 +473,7 @@ def _sampling(
 # --------------------------------------------------------------------------- tools
 
 
-def _tools(body: Mapping[str, Any], counter: _Counter, *, grammar: bool) -> frozenset[str]:
+def _tools(body: Mapping[str, Any], walk: _Walk, *, grammar: bool) -> frozenset[str]:
     if not _given(body, "tools"):
         return frozenset()
     names: set[str] = set()
@@ -365,10 +481,14 @@ def _tools(body: Mapping[str, Any], counter: _Counter, *, grammar: bool) -> froz
         path = f"tools.{i}"
         tool = _object(tool, path)
         kind = tool.get("type")
+        name: str | None = None
         if kind is not None and kind != "custom":
-            if not isinstance(kind, str) or not _SERVER_TOOL_TYPE.match(kind):
+            if not isinstance(kind, str) or not (
+                (walk.any_beta and kind in _UNDATED_BETA_TOOLS) or _SERVER_TOOL_TYPE.match(kind)
+            ):
                 _fail(_join(path, "type"), f"unknown tool type {kind!r}")
-            name = _string(_required(tool, "name", path), _join(path, "name"), non_empty=True)
+            if "toolset" not in kind or "name" in tool:  # a toolset names its server instead
+                name = _string(_required(tool, "name", path), _join(path, "name"), non_empty=True)
         else:
             _only(tool, CUSTOM_TOOL_KEYS, path)
             name = _string(_required(tool, "name", path), _join(path, "name"))
@@ -392,8 +512,10 @@ def _tools(body: Mapping[str, Any], counter: _Counter, *, grammar: bool) -> froz
             if strict and grammar:  # compiled to a grammar: the JSON Schema subset only
                 validate_schema_subset(schema, _join(path, "input_schema"))
         if _given(tool, "cache_control"):
-            counter.breakpoints += 1
+            walk.breakpoints += 1
             _cache_control(tool["cache_control"], _join(path, "cache_control"))
+        if name is None:
+            continue
         if name in names:
             _fail("tools", "Tool names must be unique.")
         names.add(name)
@@ -428,7 +550,9 @@ def _tool_choice(body: Mapping[str, Any], tool_names: frozenset[str]) -> bool:
     return True
 
 
-def _thinking(body: Mapping[str, Any], max_tokens: int | None, caps: ModelCapabilities) -> bool:
+def _thinking(
+    body: Mapping[str, Any], max_tokens: int | None, caps: ModelCapabilities, walk: _Walk
+) -> bool:
     """Validate ``thinking``; True when the model will think (enabled or adaptive)."""
     if not _given(body, "thinking"):
         return False
@@ -438,8 +562,10 @@ def _thinking(body: Mapping[str, Any], max_tokens: int | None, caps: ModelCapabi
         "thinking.type",
         ("enabled", "adaptive", "disabled", "between_tools"),
     )
+    # thinking-binding-controls beta
+    binding = frozenset({"block_binding"}) if walk.any_beta else frozenset()
     if kind == "enabled":
-        _only(thinking, frozenset({"type", "budget_tokens", "display"}), "thinking")
+        _only(thinking, frozenset({"type", "budget_tokens", "display"}) | binding, "thinking")
         budget = _integer(
             _required(thinking, "budget_tokens", "thinking"), "thinking.budget_tokens"
         )
@@ -454,11 +580,14 @@ def _thinking(body: Mapping[str, Any], max_tokens: int | None, caps: ModelCapabi
                 "`max_tokens` must be greater than `thinking.budget_tokens`",
             )
     elif kind == "adaptive":
-        _only(thinking, frozenset({"type", "display"}), "thinking")
+        _only(thinking, frozenset({"type", "display"}) | binding, "thinking")
     else:
         _only(thinking, frozenset({"type"}), "thinking")
     if _given(thinking, "display"):
-        _choice(thinking["display"], "thinking.display", ("summarized", "omitted"))
+        displays: tuple[str, ...] = ("summarized", "omitted")
+        if THINKING_DISPLAY_UPDATES in walk.betas:
+            displays += ("updates",)
+        _choice(thinking["display"], "thinking.display", displays)
     if kind in ("enabled", "disabled") and not caps.manual_thinking:
         _fail(
             "",
@@ -474,13 +603,12 @@ def _thinking(body: Mapping[str, Any], max_tokens: int | None, caps: ModelCapabi
     return kind in ("enabled", "adaptive")
 
 
-def _output_config(value: object, caps: ModelCapabilities, *, grammar: bool) -> None:
+def _output_config(value: object, caps: ModelCapabilities, walk: _Walk, *, grammar: bool) -> None:
     config = _object(value, "output_config")
-    _only(config, frozenset({"effort", "format"}), "output_config")
+    budget = frozenset({"task_budget"}) if walk.any_beta else frozenset()  # task-budgets beta
+    _only(config, frozenset({"effort", "format"}) | budget, "output_config")
     if _given(config, "effort"):
-        effort = _choice(
-            config["effort"], "output_config.effort", ("low", "medium", "high", "xhigh", "max")
-        )
+        effort = _choice(config["effort"], "output_config.effort", EFFORTS)
         if not caps.effort:
             _fail("output_config.effort", "This model does not support the effort parameter.")
         if effort == "xhigh" and not caps.xhigh_effort:
@@ -503,6 +631,70 @@ def _output_config(value: object, caps: ModelCapabilities, *, grammar: bool) -> 
             validate_schema_subset(schema, "output_config.format.schema")
 
 
+# Edit type -> its fields that hold a ``{"type": ..., "value": N}`` count, and their types.
+_EDIT_COUNTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
+    "clear_tool_uses_20250919": {
+        "trigger": ("input_tokens", "tool_uses"),
+        "keep": ("tool_uses",),
+        "clear_at_least": ("input_tokens",),
+    },
+    "clear_thinking_20251015": {"keep": ("thinking_turns", "all")},
+    "compact_20260112": {"trigger": ("input_tokens",)},
+}
+
+
+def _context_management(value: object) -> None:
+    """``context_management`` (beta): each edit's tag, fields and their types."""
+    config = _object(value, "context_management")
+    _only(config, frozenset({"edits"}), "context_management")
+    if not _given(config, "edits"):
+        return
+    for i, edit in enumerate(_list(config["edits"], "context_management.edits")):
+        path = f"context_management.edits.{i}"
+        edit = _object(edit, path)
+        kind = _required(edit, "type", path)
+        if not isinstance(kind, str) or kind not in CONTEXT_EDIT_KEYS:
+            _fail(
+                _join(path, "type"),
+                f"Input tag {kind!r} found using 'type' does not match any of the expected tags",
+            )
+        _only(edit, CONTEXT_EDIT_KEYS[kind], path)
+        for key, types in _EDIT_COUNTS[kind].items():
+            if not _given(edit, key) or (kind == "clear_thinking_20251015" and edit[key] == "all"):
+                continue
+            kpath = _join(path, key)
+            count = _object(edit[key], kpath)
+            if _choice(_required(count, "type", kpath), _join(kpath, "type"), types) != "all":
+                _only(count, frozenset({"type", "value"}), kpath)
+                if _integer(_required(count, "value", kpath), _join(kpath, "value")) < 0:
+                    _fail(_join(kpath, "value"), "Input should be greater than or equal to 0")
+        for key in ("exclude_tools", "clear_tool_inputs"):  # tool names; or a bool for the latter
+            names = edit.get(key)
+            if names is None or (key == "clear_tool_inputs" and isinstance(names, bool)):
+                continue
+            for j, name in enumerate(_list(names, _join(path, key))):
+                _string(name, _join(path, f"{key}.{j}"))
+        if _given(edit, "instructions"):
+            _string(edit["instructions"], _join(path, "instructions"))
+        if _given(edit, "pause_after_compaction"):
+            _boolean(edit["pause_after_compaction"], _join(path, "pause_after_compaction"))
+
+
+def _mcp_servers(value: object) -> None:
+    """``mcp_servers`` (beta): URL server definitions."""
+    for i, server in enumerate(_list(value, "mcp_servers")):
+        path = f"mcp_servers.{i}"
+        server = _object(server, path)
+        _only(server, MCP_SERVER_KEYS, path)
+        _string(_required(server, "name", path), _join(path, "name"), non_empty=True)
+        _choice(_required(server, "type", path), _join(path, "type"), ("url",))
+        _string(_required(server, "url", path), _join(path, "url"), non_empty=True)
+        if _given(server, "authorization_token"):
+            _string(server["authorization_token"], _join(path, "authorization_token"))
+        if _given(server, "tool_configuration"):
+            _object(server["tool_configuration"], _join(path, "tool_configuration"))
+
+
 def _cache_control(value: object, path: str) -> None:
     control = _object(value, path)
     _only(control, frozenset({"type", "ttl"}), path)
@@ -514,7 +706,7 @@ def _cache_control(value: object, path: str) -> None:
 # --------------------------------------------------------------------------- system & messages
 
 
-def _system(value: object, counter: _Counter) -> None:
+def _system(value: object, walk: _Walk) -> None:
     if isinstance(value, str):
         return
     for i, block in enumerate(_list(value, "system")):
@@ -522,10 +714,15 @@ def _system(value: object, counter: _Counter) -> None:
         block = _object(block, path)
         if block.get("type") != "text":
             _fail(_join(path, "type"), "Input should be 'text'")
-        _text_block(block, path, counter)
+        _text_block(block, path, walk)
 
 
-def _messages(value: object, counter: _Counter) -> None:
+_EMPTY_CONTENT: Final = (
+    "all messages must have non-empty content except for the optional final assistant message"
+)
+
+
+def _messages(value: object, walk: _Walk, caps: ModelCapabilities) -> None:
     messages = _list(value, "messages")
     if not messages:
         _fail("messages", "at least one message is required")
@@ -535,10 +732,13 @@ def _messages(value: object, counter: _Counter) -> None:
     for i, message in enumerate(messages):
         path = f"messages.{i}"
         message = _object(message, path)
-        _only(message, frozenset({"role", "content"}), path)
         role = _choice(
             _required(message, "role", path), _join(path, "role"), ("user", "assistant", "system")
         )
+        if role == "system":
+            _system_message(message, path, walk, caps)
+            continue
+        _only(message, frozenset({"role", "content"}), path)
         content = _required(message, "content", path)
         prefill = i == last and role == "assistant"
         cpath = _join(path, "content")
@@ -547,21 +747,13 @@ def _messages(value: object, counter: _Counter) -> None:
                 if content != content.rstrip():
                     _fail(cpath, "final assistant content cannot end with trailing whitespace")
             elif not content.strip():
-                _fail(
-                    cpath,
-                    "all messages must have non-empty content except for the optional "
-                    "final assistant message",
-                )
+                _fail(cpath, _EMPTY_CONTENT)
             continue
         blocks = _list(content, cpath)
         if not blocks and not prefill:
-            _fail(
-                cpath,
-                "all messages must have non-empty content except for the optional "
-                "final assistant message",
-            )
+            _fail(cpath, _EMPTY_CONTENT)
         for j, block in enumerate(blocks):
-            _content_block(block, _join(cpath, j), role, counter)
+            _content_block(block, _join(cpath, j), role, walk)
         if prefill and blocks:
             tail = blocks[-1]
             if tail.get("type") == "text" and tail["text"] != tail["text"].rstrip():
@@ -569,31 +761,116 @@ def _messages(value: object, counter: _Counter) -> None:
                     _join(cpath, len(blocks) - 1),
                     "final assistant content cannot end with trailing whitespace",
                 )
+    _system_placement(messages)
     _turns(messages)
 
 
-def _content_block(value: object, path: str, role: str, counter: _Counter) -> None:
+def _system_message(
+    message: Mapping[str, Any], path: str, walk: _Walk, caps: ModelCapabilities
+) -> None:
+    """A ``role: "system"`` message (a mid-conversation system message).
+
+    Models before Opus 4.8 refuse the role itself, unless the preview beta is named; a
+    per-turn ``output_config`` (beta) with fields in it makes ``content`` optional.
+    """
+    if not (caps.system_messages or MID_CONVERSATION_SYSTEM in walk.betas):
+        _fail(_join(path, "role"), "Input should be 'user' or 'assistant'")
+    extra = _SYSTEM_MESSAGE_BETA_KEYS if walk.any_beta else frozenset()
+    _only(message, frozenset({"role", "content"}) | extra, path)
+    if _given(message, "clear_at"):
+        _choice(message["clear_at"], _join(path, "clear_at"), ("next_user_message", "never"))
+    per_turn = False
+    if _given(message, "output_config"):
+        opath = _join(path, "output_config")
+        config = _object(message["output_config"], opath)
+        _only(config, frozenset({"effort"}), opath)
+        if _given(config, "effort"):
+            _choice(config["effort"], _join(opath, "effort"), EFFORTS)
+        per_turn = bool(config)
+    if per_turn and message.get("content") is None:
+        return
+    content = _required(message, "content", path)
+    cpath = _join(path, "content")
+    if isinstance(content, str):
+        if not content.strip() and not per_turn:
+            _fail(cpath, _EMPTY_CONTENT)
+        return
+    blocks = _list(content, cpath)
+    if not blocks and not per_turn:
+        _fail(cpath, _EMPTY_CONTENT)
+    for j, block in enumerate(blocks):
+        _content_block(block, _join(cpath, j), "system", walk)
+
+
+def _system_placement(messages: list[dict[str, Any]]) -> None:
+    """Where system messages may stand: never first; right after a user message (or an
+    assistant message ending in server tool use); last, or before an assistant message.
+    Consecutive system messages are taken as one."""
+    for i, message in enumerate(messages):
+        if message["role"] != "system":
+            continue
+        path = f"messages.{i}"
+        if i == 0:
+            _fail(
+                path,
+                "the first message may not be a system message; "
+                "put the system prompt in the top-level `system` field",
+            )
+        before = messages[i - 1]
+        if before["role"] == "assistant" and not _ends_in_server_tool_use(before):
+            _fail(
+                path,
+                "a system message must immediately follow a user message "
+                "or an assistant message that ends in server tool use",
+            )
+        if i + 1 < len(messages) and messages[i + 1]["role"] == "user":
+            _fail(
+                path,
+                "a system message must be the last message or be followed by an assistant message",
+            )
+
+
+def _ends_in_server_tool_use(message: Mapping[str, Any]) -> bool:
+    content = message["content"]
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and content[-1].get("type") in ("server_tool_use", "mcp_tool_use")
+    )
+
+
+def _content_block(value: object, path: str, role: str, walk: _Walk) -> None:
     block = _object(value, path)
     kind = _required(block, "type", path)
-    if kind in _OPAQUE_BLOCKS:
-        return
-    if kind not in BLOCK_KEYS:
+    known = isinstance(kind, str) and (
+        kind in BLOCK_KEYS
+        or kind in _OPAQUE_BLOCKS
+        or (walk.any_beta and (kind in _BETA_BLOCKS or kind in _TOOL_CHANGES))
+    )
+    if not known:
         _fail(
             _join(path, "type"),
             f"Input tag {kind!r} found using 'type' does not match any of the expected tags",
         )
-    if role == "system" and kind != "text":
+    if role == "system" and kind != "text" and kind not in _TOOL_CHANGES:
         _fail(_join(path, "type"), "system messages may only contain text blocks")
+    if kind in _OPAQUE_BLOCKS or kind in _BETA_BLOCKS:
+        return
+    if kind in _TOOL_CHANGES:
+        _only(block, frozenset({"type", "tool", "cache_control"}), path)
+        _object(_required(block, "tool", path), _join(path, "tool"))
+        _block_cache_control(block, path, walk)
+        return
     if kind in _ASSISTANT_ONLY and role != "assistant":
         _fail(_join(path, "type"), f"`{kind}` blocks are only allowed in assistant messages")
     if kind == "tool_result" and role != "user":
         _fail(_join(path, "type"), "`tool_result` blocks are only allowed in user messages")
     if kind == "text":
-        _text_block(block, path, counter)
+        _text_block(block, path, walk)
     elif kind == "image":
-        _image_block(block, path, counter)
+        _image_block(block, path, walk)
     elif kind == "document":
-        _document_block(block, path, counter)
+        _document_block(block, path, walk)
     elif kind == "tool_use":
         _only(block, BLOCK_KEYS["tool_use"], path)
         tool_id = _string(_required(block, "id", path), _join(path, "id"))
@@ -601,9 +878,9 @@ def _content_block(value: object, path: str, role: str, counter: _Counter) -> No
             _fail(_join(path, "id"), "String should match pattern '^[a-zA-Z0-9_-]+$'")
         _string(_required(block, "name", path), _join(path, "name"), non_empty=True)
         _object(_required(block, "input", path), _join(path, "input"))
-        _block_cache_control(block, path, counter)
+        _block_cache_control(block, path, walk)
     elif kind == "tool_result":
-        _tool_result_block(block, path, counter)
+        _tool_result_block(block, path, walk)
     elif kind == "thinking":
         _only(block, BLOCK_KEYS["thinking"], path)
         _string(_required(block, "thinking", path), _join(path, "thinking"))
@@ -613,13 +890,13 @@ def _content_block(value: object, path: str, role: str, counter: _Counter) -> No
         _string(_required(block, "data", path), _join(path, "data"))
 
 
-def _block_cache_control(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+def _block_cache_control(block: Mapping[str, Any], path: str, walk: _Walk) -> None:
     if _given(block, "cache_control"):
-        counter.breakpoints += 1
+        walk.breakpoints += 1
         _cache_control(block["cache_control"], _join(path, "cache_control"))
 
 
-def _text_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+def _text_block(block: Mapping[str, Any], path: str, walk: _Walk) -> None:
     _only(block, BLOCK_KEYS["text"], path)
     text = _string(_required(block, "text", path), _join(path, "text"))
     if not text:
@@ -628,10 +905,10 @@ def _text_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
         _fail(_join(path, "text"), "text content blocks must contain non-whitespace text")
     if _given(block, "citations"):
         _list(block["citations"], _join(path, "citations"))
-    _block_cache_control(block, path, counter)
+    _block_cache_control(block, path, walk)
 
 
-def _image_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+def _image_block(block: Mapping[str, Any], path: str, walk: _Walk) -> None:
     _only(block, BLOCK_KEYS["image"], path)
     spath = _join(path, "source")
     source = _object(_required(block, "source", path), spath)
@@ -653,10 +930,10 @@ def _image_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None
     else:
         _only(source, frozenset({"type", "file_id"}), spath)
         _string(_required(source, "file_id", spath), _join(spath, "file_id"), non_empty=True)
-    _block_cache_control(block, path, counter)
+    _block_cache_control(block, path, walk)
 
 
-def _document_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+def _document_block(block: Mapping[str, Any], path: str, walk: _Walk) -> None:
     _only(block, BLOCK_KEYS["document"], path)
     spath = _join(path, "source")
     source = _object(_required(block, "source", path), spath)
@@ -678,7 +955,7 @@ def _document_block(block: Mapping[str, Any], path: str, counter: _Counter) -> N
                 ipath = _join(spath, f"content.{j}")
                 if _object(item, ipath).get("type") not in ("text", "image"):
                     _fail(_join(ipath, "type"), "Input should be 'text' or 'image'")
-                _content_block(item, ipath, "user", counter)
+                _content_block(item, ipath, "user", walk)
     elif kind == "url":
         _only(source, frozenset({"type", "url"}), spath)
         _string(_required(source, "url", spath), _join(spath, "url"), non_empty=True)
@@ -690,10 +967,10 @@ def _document_block(block: Mapping[str, Any], path: str, counter: _Counter) -> N
             _string(block[key], _join(path, key))
     if _given(block, "citations"):
         _object(block["citations"], _join(path, "citations"))
-    _block_cache_control(block, path, counter)
+    _block_cache_control(block, path, walk)
 
 
-def _tool_result_block(block: Mapping[str, Any], path: str, counter: _Counter) -> None:
+def _tool_result_block(block: Mapping[str, Any], path: str, walk: _Walk) -> None:
     _only(block, BLOCK_KEYS["tool_result"], path)
     tool_use_id = _string(_required(block, "tool_use_id", path), _join(path, "tool_use_id"))
     if not TOOL_USE_ID.match(tool_use_id):
@@ -707,15 +984,15 @@ def _tool_result_block(block: Mapping[str, Any], path: str, counter: _Counter) -
             ipath = _join(cpath, j)
             item = _object(item, ipath)
             kind = _required(item, "type", ipath)
-            if kind not in _TOOL_RESULT_CONTENT:
+            if not isinstance(kind, str) or kind not in _TOOL_RESULT_CONTENT:
                 _fail(
                     _join(ipath, "type"),
                     f"Input tag {kind!r} found using 'type' does not "
                     "match any of the expected tags",
                 )
             if kind in ("text", "image", "document"):
-                _content_block(item, ipath, "user", counter)
-    _block_cache_control(block, path, counter)
+                _content_block(item, ipath, "user", walk)
+    _block_cache_control(block, path, walk)
 
 
 # --------------------------------------------------------------------------- turn structure
