@@ -155,6 +155,7 @@ def _without_ids(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, An
 
 async def test_a_stream_is_every_upstream_event_in_order_pings_included() -> None:
     body = {**HELLO, "stream": True, "tools": [WEATHER_TOOL], "tool_choice": {"type": "auto"}}
+    body["messages"] = [{"role": "user", "content": "How is the weather in Paris?"}]
     body["thinking"] = {"type": "enabled", "budget_tokens": 1024}
     body["max_tokens"] = 2048
     async with (

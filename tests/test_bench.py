@@ -7,6 +7,7 @@ the proxy's /metrics, and the JSON shape the pages read.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -21,12 +22,21 @@ import pytest
 import trio
 
 from trio_batcher.bench import processes
-from trio_batcher.bench.load import Target, _Content, open_loop
+from trio_batcher.bench.harness import Bench, Options, target_for
+from trio_batcher.bench.load import Outcome, Target, call, open_loop
+from trio_batcher.bench.progress import Display
 from trio_batcher.bench.ratelimit import AMPLIFICATION_MAX
 from trio_batcher.bench.report import js_module, render_markdown
 from trio_batcher.bench.results import SCHEMA, Counts, Report, ScenarioResult
 from trio_batcher.bench.scenarios import _steps
-from trio_batcher.bench.stats import parse_server_timing, reconcile, summary_ms, upstream_checks
+from trio_batcher.bench.sse import ContentCounter, EventCounter
+from trio_batcher.bench.stats import (
+    event_stats,
+    parse_server_timing,
+    reconcile,
+    summary_ms,
+    upstream_checks,
+)
 from trio_batcher.bench.wire import Pool, encode_request
 
 # -- arithmetic ------------------------------------------------------------------------------
@@ -144,7 +154,7 @@ def test_server_timing_header_parsed_to_ms() -> None:
 
 
 def test_content_events_are_counted_across_piece_boundaries() -> None:
-    anthropic = _Content("anthropic")
+    anthropic = ContentCounter("anthropic")
     stream = (
         b"event: message_start\ndata: {}\n\nevent: content_block_delta\ndata: {}\n\n"
         b"event: content_block_delta\ndata: {}\n\nevent: message_stop\ndata: {}\n\n"
@@ -152,11 +162,47 @@ def test_content_events_are_counted_across_piece_boundaries() -> None:
     found = [anthropic.feed(stream[i : i + 7]) for i in range(0, len(stream), 7)]
     assert sum(found) == 2
 
-    openai = _Content("openai")
+    openai = ContentCounter("openai")
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
     text = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
     assert openai.feed(role + text[:20]) == 0
     assert openai.feed(text[20:] + b"data: [DONE]\n\n") == 1
+
+
+def test_sse_events_are_counted_across_piece_boundaries_whatever_their_kind() -> None:
+    stream = (
+        b"event: message_start\ndata: {}\n\nevent: ping\ndata: {}\n\n"
+        b"event: content_block_delta\ndata: {}\n\nevent: message_stop\ndata: {}\n\n"
+    )
+    for size in (1, 2, 3, 7, len(stream)):
+        events = EventCounter()
+        found = [events.feed(stream[i : i + size]) for i in range(0, len(stream), size)]
+        assert (sum(found), events.count, events.bytes) == (4, 4, len(stream)), size
+    # An event completes in the piece that brings its blank line, not before.
+    events = EventCounter()
+    assert [events.feed(p) for p in (b"data: 1\n", b"\ndata: [DONE]\n", b"\n")] == [0, 1, 1]
+
+
+def _stream_outcome(intended: float, events: list[float], content: list[float]) -> Outcome:
+    return Outcome(
+        intended, intended, events[-1], 200, "ok", content_times=content, event_times=events
+    )
+
+
+def test_event_stats_profile_each_event_over_streams_that_carry_the_same_events() -> None:
+    ok = [
+        _stream_outcome(0.0, [0.010, 0.020, 0.040], [0.020]),
+        _stream_outcome(1.0, [1.030, 1.040, 1.060], [1.040]),
+        _stream_outcome(2.0, [2.010, 2.050], [2.050]),  # a short one: not in the profile
+    ]
+    ok[0].body_bytes, ok[1].body_bytes, ok[2].body_bytes = 300, 300, 200
+    stats = event_stats(ok, wall=2.0)
+    assert (stats.total, stats.per_s, stats.per_stream, stats.bytes_per_stream) == (
+        8, 4.0, [2, 3], [200, 300],
+    )  # fmt: skip
+    assert stats.mean_arrival_ms == [20.0, 30.0, 50.0]
+    assert stats.mean_content_arrival_ms == [36.667]  # every stream has one content event
+    assert (stats.gap_ms.count, stats.gap_ms.max) == (5, 40.0)
 
 
 def test_in_flight_steps_from_call_intervals() -> None:
@@ -242,6 +288,24 @@ async def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path: Pat
     with pytest.raises(processes.ServerError, match="--ttft-ms must be >= 0"):
         async with processes.running_stack(["--ttft-ms", "-1"], {}, tmp_path):
             pytest.fail("the simulator should not have started")
+
+
+async def test_sim_idle_returns_every_trace_when_asked_for_more_than_the_simulator_holds(
+    tmp_path: Path,
+) -> None:
+    async with processes.running_stack(["--ttft-ms", "0"], {}, tmp_path) as stack:
+        target = target_for("simulator", stack.sim.url)
+        pool = Pool(target.host, target.port)
+        outcomes = [await call(pool, target, trio.current_time()) for _ in range(3)]
+        await pool.aclose()
+        bench = Bench(Options(), Display(stream=io.StringIO(), rich=False))
+        # 5 > 3 held: the simulator's own slice would hand back only the newest 2.
+        stats = await bench.sim_idle(stack, recent=5)
+    assert [o.kind for o in outcomes] == ["ok"] * 3
+    assert sorted(t["request_id"].encode() for t in stats["recent"]) == sorted(
+        o.request_id for o in outcomes if o.request_id is not None
+    )
+    assert len(stats["recent"]) == 3
 
 
 def _children(pid: int) -> list[int]:
@@ -426,3 +490,84 @@ def test_tiny_ratelimit_run_shows_coordinated_backoff_keeping_amplification_low(
     assert polls["columns"] == ["t_ms", "ok_total", "r429_total", "requests_total"]
     assert polls["rows"] and polls["rows"][-1][1] <= on["client_ok"]
     assert "| upstream 429s (simulator) |" in out.with_suffix(".md").read_text()
+
+
+def test_tiny_stream_run_relays_anthropic_events_unchanged_and_reports_both_pairs(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trio_batcher.bench",
+            "--scenario",
+            "stream",
+            "--quick",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+            "--concurrency",
+            "4",
+            "--out",
+            str(out),
+            "--visuals-json",
+            "",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    report = json.loads(out.read_text())
+    scenario = report["scenarios"]["stream"]
+    failed = [c for c in scenario["checks"] if not c["ok"]]
+    assert done.returncode == 0 and not failed, (failed, done.stderr[-3000:])
+    phases = {p["name"]: p for p in scenario["phases"]}
+    assert list(phases) == [
+        "direct", "proxy", "anthropic-direct", "anthropic-proxy",
+        "direct-5", "proxy-5", "anthropic-direct-5", "anthropic-proxy-5",
+    ]  # fmt: skip
+    # Every phase through the proxy reconciled with /metrics, the Messages door's too.
+    for name in ("proxy", "anthropic-proxy", "proxy-5", "anthropic-proxy-5"):
+        reconciled = [c for c in scenario["checks"] if c["name"].startswith(f"{name}: clients")]
+        assert len(reconciled) == 5 and phases[name]["counts"]["ok"] > 0, name
+    # The simulator's 24-token stream is 30 SSE events (prelude, ping included; closing
+    # events), and /v1/messages hands the client every one of them, byte for byte.
+    direct, relayed = phases["anthropic-direct"]["events"], phases["anthropic-proxy"]["events"]
+    assert direct["per_stream"] == relayed["per_stream"] == [30, 30]
+    assert direct["bytes_per_stream"] == relayed["bytes_per_stream"]
+    assert len(relayed["mean_arrival_ms"]) == 30 and len(relayed["mean_content_arrival_ms"]) == 24
+    names = {c["name"] for c in scenario["checks"]}
+    assert "anthropic: one stream through /v1/messages is the simulator's, byte for byte" in names
+    assert "anthropic-proxy: every stream carried the simulator's events (count and bytes)" in names
+    # Through the OpenAI door the same upstream events become other chunks: no 1:1 profile.
+    assert phases["proxy"]["events"]["per_stream"] != direct["per_stream"]
+
+    summary = scenario["summary"]
+    assert {"added_ttft_p50_ms", "itl_p50_proxy_ms", "light_added_ttft_p50_ms"} <= set(summary)
+    pairs = summary["pairs"]
+    assert set(pairs) == {"openai", "anthropic", "openai-5", "anthropic-5"}
+    assert pairs["anthropic"]["path"] == "/v1/messages"
+    assert pairs["anthropic"]["phases"] == ["anthropic-direct", "anthropic-proxy"]
+    for pair in pairs.values():
+        assert set(pair) == set(pairs["openai"])
+        assert pair["proxy_cpu_ms_per_event"] > 0
+        assert pair["added_ms_per_content_event"] is not None
+        assert pair["relay_added_last_event_ms"] is not None
+    assert pairs["anthropic"]["added_ms_per_event"] is not None
+    assert pairs["openai"]["added_ms_per_event"] is None
+    # Every stream was matched to the simulator's trace of its call by request id.
+    for phase in phases.values():
+        timing = phase["extra"]["upstream_timing"]
+        assert timing["matched"] == timing["streams"] == phase["counts"]["ok"], phase["name"]
+    assert summary["side_by_side"]["columns"][1:] == [
+        "OpenAI: direct", "OpenAI: proxy", "Anthropic: direct", "Anthropic: proxy",
+    ]  # fmt: skip
+    assert [t["name"] for t in scenario["targets"]] == [
+        "TTFT the proxy adds (p50)",
+        "TTFT the proxy adds (p50), Anthropic Messages",
+    ]
+    assert "| SSE events per stream | 30 |" in out.with_suffix(".md").read_text()

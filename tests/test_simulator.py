@@ -161,7 +161,9 @@ async def test_stream_reassembles_to_the_same_message(request_body: dict[str, An
 
 async def test_parallel_tool_calls_when_two_tools_are_offered() -> None:
     async with simulator() as url, sdk(url) as client:
-        message = await client.messages.create(**ask(tools=[WEATHER, TIME]))
+        message = await client.messages.create(
+            **ask("What are the weather and the time in Oslo?", tools=[WEATHER, TIME])
+        )
         assert message.stop_reason == "tool_use"
         uses = [b for b in message.content if b.type == "tool_use"]
         assert [u.name for u in uses] == ["get_weather", "get_time"]

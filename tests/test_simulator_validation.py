@@ -1407,9 +1407,13 @@ def test_stop_sequence_cuts_the_text_before_it() -> None:
     assert (capped.stop_reason, capped.stop_sequence) == ("max_tokens", None)
 
 
+ASKS_FOR_BOTH = [{"role": "user", "content": "The weather, and the time, please."}]
+ASKS_FOR_WEATHER = [{"role": "user", "content": "Is the weather nice in Paris?"}]
+
+
 def test_tool_calls_follow_tool_choice() -> None:
     def tool_names(**changes: Any) -> list[str]:
-        reply = reply_for(body(tools=[WEATHER, TIME], **changes))
+        reply = reply_for(body(tools=[WEATHER, TIME], messages=ASKS_FOR_BOTH, **changes))
         assert reply.stop_reason == "tool_use"
         uses = [b for b in reply.blocks if b.type == "tool_use"]
         assert all(b.id.startswith("toolu_01") and len(b.id) == 30 for b in uses)
@@ -1422,11 +1426,48 @@ def test_tool_calls_follow_tool_choice() -> None:
         "get_weather"
     ]
     assert tool_names(tool_choice={"type": "tool", "name": "get_time"}) == ["get_time"]
-    auto = reply_for(body(tools=[WEATHER]))
+    auto = reply_for(body(tools=[WEATHER], messages=ASKS_FOR_WEATHER))
     assert [b.type for b in auto.blocks] == ["text", "tool_use"]
     assert auto.blocks[1].input == {"city": "city value"}
     forced = reply_for(body(tools=[WEATHER], tool_choice={"type": "any"}))
     assert [b.type for b in forced.blocks] == ["tool_use"]
+
+
+def test_under_auto_only_the_tools_the_user_asks_for_are_called() -> None:
+    """A model handed a toolbox and a greeting answers the greeting (an agent harness such
+    as Claude Code offers a dozen tools on every turn); asked about the weather, it calls
+    the weather tool, whatever the harness wrote around the question."""
+    greeting = reply_for(body(tools=[WEATHER, TIME]))
+    assert (greeting.stop_reason, [b.type for b in greeting.blocks]) == ("end_turn", ["text"])
+    reminder = "<system-reminder>Tools you can use: get_weather, get_time.</system-reminder>"
+    wrapped = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": reminder},
+                {"type": "text", "text": "What is the time in Lima?"},
+            ],
+        }
+    ]
+    names = [
+        b.name
+        for b in reply_for(body(tools=[WEATHER, TIME], messages=wrapped)).blocks
+        if b.type == "tool_use"
+    ]
+    assert names == ["get_time"]
+    camel = {**TIME, "name": "ListAgents"}
+    asked = reply_for(
+        body(tools=[camel], messages=[{"role": "user", "content": "list the agents"}])
+    )
+    assert [b.name for b in asked.blocks if b.type == "tool_use"] == ["ListAgents"]
+
+
+def test_a_deferred_tool_is_never_called_until_it_is_loaded() -> None:
+    deferred = {**WEATHER, "defer_loading": True}
+    reply = reply_for(
+        body(tools=[deferred], tool_choice={"type": "any"}, messages=ASKS_FOR_WEATHER)
+    )
+    assert [b.type for b in reply.blocks] == ["text"]
 
 
 def test_no_tool_call_when_choice_is_none_or_results_are_in() -> None:

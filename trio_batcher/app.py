@@ -15,35 +15,26 @@ from __future__ import annotations
 
 import json
 import logging
-from importlib import resources
-from pathlib import Path
 from typing import Any, Final, final
 
 import trio
-from quart import Response, request, send_file
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from .admission.dispatch import DirectDispatcher, Dispatcher
-from .admission.gate import AdmissionGate
-from .admission.windows import Batcher
 from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountTokensDoor, MessagesDoor
 from .edge.anthropic_models import anthropic_model, anthropic_model_list
 from .edge.auth import client_key, key_matches, proxy_key_error
 from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
 from .edge.endpoint import ApiEndpoint
-from .edge.models import ModelCatalogue, find_model, list_models
+from .edge.models import find_model, list_models
 from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
+from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
-from .observatory.metrics import Gauges, MetricsRegistry
-from .observatory.pricing import load_pricing
-from .observatory.prometheus import PrometheusExporter
-from .pipeline.core import Pipeline
+from .runtime import Runtime
 from .settings import Settings
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
-from .upstream.client import UpstreamClient, new_upstream_pool
-from .upstream.resilience import Resilience, ResilienceConfig
 
 log = logging.getLogger("trio_batcher")
 
@@ -62,97 +53,6 @@ def _client_key() -> str | None:
     return client_key(
         headers.get("Authorization"), headers.get("api-key"), headers.get("x-api-key")
     )
-
-
-@final
-class Runtime:
-    """The long-lived parts of a running app, created in ``before_serving``."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.http = new_upstream_pool(settings)
-        self.upstream = UpstreamClient(settings, self.http)
-        self.models = ModelCatalogue(self.upstream.list_models)
-        self.gate = AdmissionGate(
-            settings.max_inflight,
-            settings.max_queue,
-            settings.acquire_timeout_s,
-            retry_after=settings.retry_after_s,
-        )
-        self.metrics: MetricsRegistry | None = None
-        if settings.metrics_enabled:
-            default_model = settings.default_model
-            self.metrics = MetricsRegistry(
-                window=settings.metrics_latency_window,
-                pricing=load_pricing(settings.pricing_file),
-                known_model=lambda name: find_model(name, default_model) is not None,
-            )
-        self.dispatcher: Dispatcher
-        limiter: trio.CapacityLimiter | None = None
-        if settings.batch_enabled:
-            # One limiter, shared by every window and retuned by the adaptive controller.
-            limiter = trio.CapacityLimiter(settings.batch_max_concurrency)
-            self.dispatcher = Batcher(
-                max_size=settings.batch_max_size,
-                max_wait=settings.batch_max_wait_s,
-                max_concurrency=settings.batch_max_concurrency,
-                window_timeout=settings.batch_timeout_s,
-                limiter=limiter,
-                on_flush=self.metrics.record_window if self.metrics is not None else None,
-            )
-        else:
-            self.dispatcher = DirectDispatcher()
-        self.resilience = Resilience(
-            ResilienceConfig(
-                max_retries=settings.upstream_max_retries,
-                max_wait_s=settings.upstream_retry_max_wait_s,
-                budget_ratio=settings.retry_budget_ratio,
-                coordinated=settings.upstream_coordinated_backoff,
-                adaptive=settings.batch_adaptive,
-            ),
-            limiter=limiter,
-        )
-        self.pipeline = Pipeline(
-            settings=settings,
-            upstream=self.upstream,
-            dispatcher=self.dispatcher,
-            gate=self.gate,
-            metrics=self.metrics,
-            resilience=self.resilience,
-        )
-        self.prometheus = (
-            PrometheusExporter(self.metrics, self.gauges, self.resilience.statistics)
-            if self.metrics is not None
-            else None
-        )
-        self.draining = False
-        self.drained = trio.Event()
-
-    def upstream_statistics(self) -> dict[str, Any]:
-        """Retries, cooldowns and the adaptive limit, for ``GET /metrics`` (``upstream``)."""
-        stats = self.resilience.statistics()
-        return {
-            "attempts": stats.attempts,
-            "retries": stats.retries,
-            "retries_denied_by_budget": stats.retries_denied_by_budget,
-            "retries_denied_by_deadline": stats.retries_denied_by_deadline,
-            "shed_by_cooldown": stats.shed_by_cooldown,
-            "cooldowns_opened": stats.cooldowns_opened,
-            "cooldown_remaining_s": round(stats.cooldown_remaining, 3),
-            "ratelimit_holds": stats.ratelimit_holds,
-            "adaptive_limit": stats.current_limit,
-            "failures_by_signal": dict(stats.failures_by_signal),
-        }
-
-    def gauges(self) -> Gauges:
-        gate = self.gate.statistics()
-        dispatch = self.dispatcher.statistics()
-        return Gauges(
-            active=gate.active,
-            waiting=gate.waiting,
-            upstream_in_flight=dispatch.running,
-            upstream_cap=dispatch.limiter_total,
-        )
 
 
 @final
@@ -339,11 +239,11 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.get("/visuals/<path:name>")
     async def visuals(name: str) -> Response:
-        return await _visual_file(name)
+        return await visual_file(name)
 
     @app.get("/visuals/")
     async def visuals_index() -> Response:
-        return await _visual_file("index.html")
+        return await visual_file("index.html")
 
     @app.get("/dashboard")
     async def dashboard() -> Response:
@@ -352,7 +252,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         # polls need.
         if runtime().metrics is None:
             raise _metrics_disabled()
-        return await _visual_file("observability.html")
+        return await visual_file("observability.html")
 
     def _metrics_allowed() -> bool:
         token = _client_key()
@@ -409,44 +309,6 @@ _OTHER_OPENAI_APIS: Final = {
     "/v1/embeddings": "Embeddings API",
     "/v1/assistants": "Assistants API",
 }
-
-
-# What the pages are made of; a source checkout's visuals/ also holds the scripts that
-# build their data, which are not for serving.
-_VISUAL_SUFFIXES: Final = frozenset({".html", ".js", ".json", ".css", ".svg", ".png"})
-
-
-def _visuals_root() -> Path | None:
-    """Where the pages are: packaged as ``trio_batcher.visuals``, or a source checkout's
-    top-level ``visuals/`` (editable installs)."""
-    try:
-        packaged = Path(str(resources.files("trio_batcher.visuals")))
-        if packaged.is_dir():
-            return packaged
-    except ModuleNotFoundError:
-        pass
-    checkout = Path(__file__).resolve().parent.parent / "visuals"
-    return checkout if checkout.is_dir() else None
-
-
-async def _visual_file(name: str) -> Response:
-    root = _visuals_root()
-    if root is None:
-        raise ProxyError(404, "The visuals are not installed.", code="not_found")
-    try:
-        path = (root / name).resolve()
-        found = (
-            path.suffix in _VISUAL_SUFFIXES
-            and path.is_file()
-            and path.is_relative_to(root.resolve())
-        )
-    except (ValueError, OSError):  # a NUL in the name, a name too long
-        found = False
-    if not found:
-        raise ProxyError(404, f"No such page: /visuals/{name}.", code="not_found")
-    response = await send_file(path)
-    response.headers["Cache-Control"] = "no-cache"
-    return response
 
 
 def _anthropic_client() -> bool:

@@ -22,19 +22,21 @@ from typing import Any, Final, Literal, final
 import trio
 
 from .cpu import CpuMeter
-from .load import Run, Tally, Target, closed_loop
+from .load import Run, Tally, Target, closed_driver, closed_loop
 from .processes import SIM_KEY, ProxyServer, ServerError, Stack
 from .profiling import profiled, summarize_folded
 from .progress import Display
 from .results import Check, PhaseResult, ScenarioResult, TargetResult
+from .sse import Api
 from .stats import phase_result, reconcile, upstream_checks, upstream_delta
 from .wire import Pool
 
-__all__ = ["MODEL", "Bench", "Options", "Phase", "target_for"]
+__all__ = ["LIGHT_CLIENTS", "MODEL", "Bench", "Options", "Phase", "target_for"]
 
 MODEL: Final = "claude-sonnet-4-5"
 PROMPT: Final = "Benchmark request: reply with a few words."
 _IDLE_TIMEOUT_S: Final = 10.0
+LIGHT_CLIENTS: Final = 5  # the second pair of overhead and stream: a load nothing saturates
 NOISY_OTHER_CORES: Final = 0.25
 SATURATED_CLIENT_CORES: Final = 0.9
 
@@ -73,10 +75,18 @@ def target_for(
     stream: bool = False,
     text: str = PROMPT,
     max_tokens: int = 64,
+    dialect: Api | None = None,
 ) -> Target:
-    """The same question asked directly (Anthropic Messages) or through the proxy (OpenAI)."""
+    """The same question in Anthropic Messages (``POST /v1/messages``) or OpenAI Chat
+    (``POST /v1/chat/completions``). ``dialect`` defaults to what each side is usually
+    asked in: Anthropic directly at the simulator, OpenAI through the proxy. An Anthropic
+    request is the same bytes wherever it goes (but for ``Host``): the proxy's Messages
+    door gets exactly what the simulator gets directly.
+    """
     messages = [{"role": "user", "content": text}]
-    if via == "simulator":
+    if dialect is None:
+        dialect = "anthropic" if via == "simulator" else "openai"
+    if dialect == "anthropic":
         body: dict[str, object] = {"model": MODEL, "max_tokens": max_tokens, "messages": messages}
         headers = [
             ("content-type", "application/json"),
@@ -122,13 +132,64 @@ class Bench:
         if seconds > 0:
             await closed_loop(pool, target, workers=workers, duration=seconds)
 
+    async def measure_pair(
+        self,
+        scenario: ScenarioResult,
+        stack: Stack,
+        *,
+        workers: int,
+        stream: bool,
+        dialect: Api = "openai",
+        names: tuple[str, str] = ("direct", "proxy"),
+        seconds: float | None = None,
+        warmup: float | None = None,
+        recent: int = 0,
+    ) -> tuple[Phase, Phase]:
+        """The same closed-loop load straight to the simulator (Anthropic Messages), then
+        through the ``proxy`` proxy in ``dialect``, each after its own warm-up.
+
+        Args:
+          names: the two phases' names, direct first.
+          recent: simulator traces to keep with each phase (``Phase.sim_after``).
+        """
+        opts = self.options
+        seconds = opts.phase_s if seconds is None else seconds
+        warmup = opts.warmup_s if warmup is None else warmup
+        direct = target_for("simulator", stack.sim.url, stream=stream)
+        proxied = target_for("proxy", stack.proxies["proxy"].url, stream=stream, dialect=dialect)
+        phases = []
+        for name, target, proxy in ((names[0], direct, None), (names[1], proxied, "proxy")):
+            pool = Pool(target.host, target.port)
+            try:
+                await self.warmup(pool, target, workers, warmup)
+                phase = await self.measure(
+                    scenario,
+                    stack,
+                    name,
+                    closed_driver(pool, target, workers, seconds),
+                    target=target,
+                    proxy=proxy,
+                    label=f"{name}: {workers} clients, closed loop",
+                    seconds=seconds,
+                    recent=recent,
+                )
+            finally:
+                await pool.aclose()
+            phases.append(phase)
+        return phases[0], phases[1]
+
     async def sim_idle(self, stack: Stack, recent: int = 0) -> dict[str, Any]:
-        """The simulator's stats once nothing is in flight there (aborts have landed)."""
+        """The simulator's stats once nothing is in flight there (aborts have landed), with
+        its ``recent`` newest traces (fewer if it holds fewer)."""
+        # Idle, it holds one trace per request since the reset (up to its capacity). Never
+        # ask for more: it slices ``traces[len - recent:]``, and for ``len < recent < 2 len``
+        # that negative start returns only the newest ``recent - len`` traces.
         with trio.move_on_after(_IDLE_TIMEOUT_S):
             while True:
-                stats = await stack.sim.stats(recent)
+                stats = await stack.sim.stats(0)
                 if stats["in_flight"] == 0:
-                    return stats
+                    held = min(recent, int(stats["requests_total"]))
+                    return await stack.sim.stats(held) if held > 0 else stats
                 await trio.sleep(0.02)
         raise ServerError(f"simulator still busy {_IDLE_TIMEOUT_S:g} s after the load stopped")
 

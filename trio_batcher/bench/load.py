@@ -33,6 +33,7 @@ from typing import Final, Literal, TypeAlias, final
 
 import trio
 
+from .sse import Api, ContentCounter, EventCounter
 from .wire import Connection, Head, Pool, ProtocolError, encode_request
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 Kind: TypeAlias = Literal["ok", "shed", "error", "aborted"]
-Api: TypeAlias = Literal["openai", "anthropic"]
 
 # Error codes with which the proxy's admission gate sheds a request (429 / 503).
 SHED_CODES: Final = frozenset({"queue_full", "queue_timeout", "shutdown"})
@@ -116,8 +116,11 @@ class Outcome:
     code: str | None = None  # the error body's ``code`` (or ``type``), if any
     first_content: float | None = None
     content_times: list[float] = field(default_factory=list)
+    event_times: list[float] = field(default_factory=list)  # streams: every SSE event
+    body_bytes: int = 0  # streams: the body's bytes (chunk framing excluded)
     abort_at: float | None = None  # time.monotonic() when the client left
     server_timing: bytes | None = None
+    request_id: bytes | None = None  # the upstream's, as the simulator or the proxy relays it
 
     @property
     def latency(self) -> float:
@@ -164,43 +167,6 @@ class Run:
     @property
     def wall(self) -> float:
         return self.finished - self.started
-
-
-class _Content:
-    """Spots content events in a stream's body, whichever format, across piece boundaries."""
-
-    __slots__ = ("_api", "_partial", "count")
-
-    def __init__(self, api: Api) -> None:
-        self._api = api
-        self._partial = b""
-        self.count = 0
-
-    def feed(self, piece: bytes) -> int:
-        """How many content events complete in ``piece``."""
-        data = self._partial + piece
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        found = 0
-        if self._api == "anthropic":
-            for line in lines:
-                if line.startswith(b"event: content_block_delta"):
-                    found += 1
-        else:
-            for line in lines:
-                if line.startswith(b"data: {") and _openai_has_content(line[6:]):
-                    found += 1
-        self.count += found
-        return found
-
-
-def _openai_has_content(payload: bytes) -> bool:
-    try:
-        chunk = json.loads(payload)
-        delta = chunk["choices"][0]["delta"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return False
-    return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"))
 
 
 def _error_code(body: bytes) -> str | None:
@@ -261,24 +227,30 @@ async def _exchange(
     head = await conn.read_head()
     outcome.status = head.status
     outcome.server_timing = head.headers.get(b"server-timing")
+    outcome.request_id = head.headers.get(b"request-id") or head.headers.get(b"x-request-id")
     if head.status != 200 or not target.stream:
         body = await conn.read_body(head)
         outcome.code = None if head.status == 200 else _error_code(body[:_ERROR_BODY_KEEP])
         outcome.kind = _classify(head, outcome.code)
         return
-    content = _Content(target.api)
-    times = outcome.content_times
+    content = ContentCounter(target.api)
+    events = EventCounter()
+    times, event_times = outcome.content_times, outcome.event_times
     leave_after = None if abort is None else abort.after_tokens
-    async for piece in conn.body(head):
-        found = content.feed(piece)
-        if found:
+    try:
+        async for piece in conn.body(head):
             now = trio.current_time()
-            if outcome.first_content is None:
-                outcome.first_content = now
-            times.extend([now] * found)
-            if leave_after is not None and content.count >= leave_after:
-                outcome.kind = "aborted"
-                return  # the connection is not reusable: release() closes it
+            if ended := events.feed(piece):
+                event_times.extend([now] * ended)
+            if found := content.feed(piece):
+                if outcome.first_content is None:
+                    outcome.first_content = now
+                times.extend([now] * found)
+                if leave_after is not None and content.count >= leave_after:
+                    outcome.kind = "aborted"
+                    return  # the connection is not reusable: release() closes it
+    finally:
+        outcome.body_bytes = events.bytes
     outcome.kind = "ok"
 
 

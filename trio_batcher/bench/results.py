@@ -16,6 +16,7 @@ __all__ = [
     "Check",
     "Counts",
     "Cpu",
+    "EventStats",
     "PhaseResult",
     "Rates",
     "Report",
@@ -102,6 +103,30 @@ class Cpu:
 
 @final
 @dataclass(frozen=True)
+class EventStats:
+    """Every SSE event of a streaming phase's successful streams, whatever its kind
+    (``message_start``, ``ping``, a content delta, ``data: [DONE]``...), as the clients
+    received them; an event counts when the blank line that ends it arrives.
+
+    ``per_stream`` and ``bytes_per_stream`` are ``[min, max]`` over the streams (equal when
+    every stream carried the same events); ``bytes`` are the body's, without the chunked
+    framing. ``gap_ms``: gaps between consecutive events of a stream (0 for events that
+    arrived in one piece). ``mean_arrival_ms[i]``: the mean time from the send to event
+    ``i``, and ``mean_content_arrival_ms[j]`` to content event ``j``, each over the streams
+    with the most common count (so a phase's event ``i`` can be compared with another's).
+    """
+
+    total: int
+    per_s: float  # events received per second of the phase's wall time
+    per_stream: list[int]
+    bytes_per_stream: list[int]
+    gap_ms: Summary
+    mean_arrival_ms: list[float]
+    mean_content_arrival_ms: list[float]
+
+
+@final
+@dataclass(frozen=True)
 class TimelinePoint:
     """One bucket of a phase, by intended send time: ``t`` is the bucket's start (s)."""
 
@@ -138,6 +163,7 @@ class PhaseResult:
     cpu: Cpu
     timeline: list[TimelinePoint] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    events: EventStats | None = None  # streams: every SSE event, not only content
 
 
 @final

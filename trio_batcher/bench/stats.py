@@ -15,10 +15,21 @@ from typing import Any
 from ..observatory.metrics import percentile
 from .cpu import CpuUsage
 from .load import Outcome, Run
-from .results import Check, Counts, Cpu, PhaseResult, Rates, Summary, TimelinePoint, Upstream
+from .results import (
+    Check,
+    Counts,
+    Cpu,
+    EventStats,
+    PhaseResult,
+    Rates,
+    Summary,
+    TimelinePoint,
+    Upstream,
+)
 
 __all__ = [
     "counts_of",
+    "event_stats",
     "parse_server_timing",
     "phase_result",
     "reconcile",
@@ -59,6 +70,34 @@ def parse_server_timing(header: bytes) -> dict[str, float]:
                 with contextlib.suppress(ValueError):
                     parts[name.decode()] = float(value)
     return parts
+
+
+def event_stats(ok: Sequence[Outcome], wall: float) -> EventStats:
+    """Every SSE event of the successful streams ``ok`` over ``wall`` seconds (see
+    ``EventStats``)."""
+    counts = [len(o.event_times) for o in ok]
+    sizes = [o.body_bytes for o in ok]
+    total = sum(counts)
+    return EventStats(
+        total=total,
+        per_s=round(total / wall, 2) if wall > 0 else 0.0,
+        per_stream=[min(counts), max(counts)] if counts else [],
+        bytes_per_stream=[min(sizes), max(sizes)] if sizes else [],
+        gap_ms=summary_ms(b - a for o in ok for a, b in itertools.pairwise(o.event_times)),
+        mean_arrival_ms=_mean_profile([[t - o.intended for t in o.event_times] for o in ok]),
+        mean_content_arrival_ms=_mean_profile(
+            [[t - o.intended for t in o.content_times] for o in ok]
+        ),
+    )
+
+
+def _mean_profile(series: Sequence[Sequence[float]]) -> list[float]:
+    """The mean of each position (s → ms) over the series of the most common length."""
+    if not series:
+        return []
+    common = Counter(len(s) for s in series).most_common(1)[0][0]
+    same = [s for s in series if len(s) == common]
+    return [round(sum(column) / len(same) * 1000.0, 3) for column in zip(*same, strict=True)]
 
 
 def counts_of(run: Run) -> Counts:
@@ -159,11 +198,12 @@ def phase_result(
     counts = counts_of(run)
     ok = [o for o in run.outcomes if o.kind == "ok"]
     wall = max(run.wall, 1e-9)
-    ttft = itl = send_lag = None
+    ttft = itl = send_lag = events = None
     if stream:
         ttft = summary_ms(t for o in ok if (t := o.ttft) is not None)
         gaps = [b - a for o in ok for a, b in itertools.pairwise(o.content_times)]
         itl = summary_ms(gaps)
+        events = event_stats(ok, wall)
     if run.mode == "open":
         send_lag = summary_ms(max(0.0, o.sent - o.intended) for o in run.outcomes)
     timing = None
@@ -208,6 +248,7 @@ def phase_result(
         ),
         timeline=_timeline(run.outcomes, run.started, bucket),
         extra=extra or {},
+        events=events,
     )
 
 

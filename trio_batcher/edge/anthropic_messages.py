@@ -27,7 +27,7 @@ from ..translation.anthropic_messages import (
     relayed_headers,
 )
 from ..upstream.request import UpstreamRequest
-from .http import Scope
+from .http import Incoming
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
 
@@ -39,81 +39,70 @@ _CODEC: Final = AnthropicMessagesCodec()
 _BOM: Final = b"\xef\xbb\xbf"
 
 
-class _AnthropicErrors:
+class _AnthropicDoor:
+    """What both routes share: Anthropic-shaped errors, and the client's own request."""
+
+    def __init__(self, surface: str) -> None:
+        self.surface: Final = surface
+
     def error_reply(self, exc: ProxyError) -> JSONReply:
         status, body, headers = error_reply(exc)
         return JSONReply(body, headers, status)
 
+    def refused(self, pipeline: Pipeline, exc: ProxyError, incoming: Incoming) -> ProxyError:
+        """Count a request refused at the door (a 400 of ours) and return its error."""
+        payload = incoming.payload
+        stream = isinstance(payload, dict) and payload.get("stream") is True
+        timing = pipeline.record_refused(
+            exc.status, incoming.arrived, stream=stream, surface=self.surface
+        )
+        exc.headers["Server-Timing"] = timing.server_timing_header()
+        return exc
 
-@final
-class MessagesDoor(_AnthropicErrors):
-    """Messages in, Messages upstream, the upstream's answer back as it was sent."""
-
-    surface: Final = SURFACE
-
-    async def handle(
-        self,
-        pipeline: Pipeline,
-        payload: object,
-        raw: bytes,
-        scope: Scope,
-        arrived: float,
-        *,
-        large: bool,
-    ) -> JSONReply | StreamReply:
-        del large  # nothing to translate: the checks are a few lookups whatever the size
-        try:
-            model, stream = check_messages(payload)
-        except ProxyError as exc:
-            stream = isinstance(payload, dict) and payload.get("stream") is True
-            timing = pipeline.record_refused(exc.status, arrived, stream=stream, surface=SURFACE)
-            exc.headers["Server-Timing"] = timing.server_timing_header()
-            raise
-        assert isinstance(payload, dict)
-        request = UpstreamRequest(
-            payload,
+    def upstream_request(self, incoming: Incoming, model: str, stream: bool) -> UpstreamRequest:
+        """The client's body as its own bytes, with its version and beta headers."""
+        assert isinstance(incoming.payload, dict)
+        return UpstreamRequest(
+            incoming.payload,
             model,
             stream,
-            SURFACE,
-            content=raw.removeprefix(_BOM),
-            headers=forwarded_headers(scope["headers"]),
+            self.surface,
+            content=incoming.raw.removeprefix(_BOM),
+            headers=forwarded_headers(incoming.scope["headers"]),
         )
-        return await pipeline.handle(request, _CODEC, arrived)
 
 
 @final
-class CountTokensDoor(_AnthropicErrors):
+class MessagesDoor(_AnthropicDoor):
+    """Messages in, Messages upstream, the upstream's answer back as it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__(SURFACE)
+
+    async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
+        # Nothing to translate: the checks are a few lookups whatever the body's size.
+        try:
+            model, stream = check_messages(incoming.payload)
+        except ProxyError as exc:
+            raise self.refused(pipeline, exc, incoming) from None
+        request = self.upstream_request(incoming, model, stream)
+        return await pipeline.handle(request, _CODEC, incoming.arrived)
+
+
+@final
+class CountTokensDoor(_AnthropicDoor):
     """``count_tokens`` forwarded upstream; its answer (or error) relayed as it is."""
 
-    surface: Final = COUNT_TOKENS_SURFACE
+    def __init__(self) -> None:
+        super().__init__(COUNT_TOKENS_SURFACE)
 
-    async def handle(
-        self,
-        pipeline: Pipeline,
-        payload: object,
-        raw: bytes,
-        scope: Scope,
-        arrived: float,
-        *,
-        large: bool,
-    ) -> JSONReply:
-        del large
+    async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply:
         try:
-            model = check_count_tokens(payload)
+            model = check_count_tokens(incoming.payload)
         except ProxyError as exc:
-            timing = pipeline.record_refused(exc.status, arrived, surface=COUNT_TOKENS_SURFACE)
-            exc.headers["Server-Timing"] = timing.server_timing_header()
-            raise
-        assert isinstance(payload, dict)
-        request = UpstreamRequest(
-            payload,
-            model,
-            False,
-            COUNT_TOKENS_SURFACE,
-            content=raw.removeprefix(_BOM),
-            headers=forwarded_headers(scope["headers"]),
-        )
-        reply, timing = await pipeline.count_tokens(request, arrived)
+            raise self.refused(pipeline, exc, incoming) from None
+        request = self.upstream_request(incoming, model, False)
+        reply, timing = await pipeline.count_tokens(request, incoming.arrived)
         headers = relayed_headers(reply.headers)
         headers["Server-Timing"] = timing.server_timing_header()
         return JSONReply(reply.raw, headers)

@@ -37,6 +37,7 @@ from .auth import client_key, key_matches, proxy_key_error
 from .body import LARGE_BODY_BYTES, parse_json_body, read_body
 from .http import (
     ASGIApp,
+    Incoming,
     Receive,
     Scope,
     Send,
@@ -61,18 +62,9 @@ class Door(Protocol):
         """The observatory's name for the route (``"openai.chat"``...)."""
         ...
 
-    async def handle(
-        self,
-        pipeline: Pipeline,
-        payload: object,
-        raw: bytes,
-        scope: Scope,
-        arrived: float,
-        *,
-        large: bool,
-    ) -> JSONReply | StreamReply:
-        """Answer a parsed body (``raw``: as it arrived); raises ``ProxyError`` for anything
-        but success."""
+    async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
+        """Answer a request whose body is read and parsed; raises ``ProxyError`` for
+        anything but success."""
         ...
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
@@ -167,10 +159,10 @@ class ApiEndpoint:
                     exc.headers["Server-Timing"] = timing.server_timing_header()
             await _send_error(send, exc, door, scope)
             return
-        large = len(raw) >= LARGE_BODY_BYTES
+        incoming = Incoming(payload, raw, scope, arrived, len(raw) >= LARGE_BODY_BYTES)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
-            await _answer(door, pipeline, payload, raw, scope, arrived, send, large=large)
+            await _answer(door, pipeline, incoming, send)
             nursery.cancel_scope.cancel()
 
     def _authenticate(self, scope: Scope) -> None:
@@ -187,27 +179,17 @@ class ApiEndpoint:
             raise proxy_key_error()
 
 
-async def _answer(
-    door: Door,
-    pipeline: Pipeline,
-    payload: object,
-    raw: bytes,
-    scope: Scope,
-    arrived: float,
-    send: Send,
-    *,
-    large: bool,
-) -> None:
+async def _answer(door: Door, pipeline: Pipeline, incoming: Incoming, send: Send) -> None:
     """Run the door and send its answer; raises only ``trio.Cancelled``."""
     try:
-        reply = await door.handle(pipeline, payload, raw, scope, arrived, large=large)
+        reply = await door.handle(pipeline, incoming)
     except Exception as exc:
-        await _send_error(send, exc, door, scope)
+        await _send_error(send, exc, door, incoming.scope)
         return
     if isinstance(reply, JSONReply):
         await send_json(send, reply.body, reply.status, reply.headers)
         return
-    await send_stream(send, reply, f"POST {scope['path']}")
+    await send_stream(send, reply, f"POST {incoming.scope['path']}")
 
 
 async def _send_error(send: Send, exc: Exception, door: Door | None, scope: Scope) -> None:

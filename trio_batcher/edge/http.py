@@ -10,7 +10,8 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, final
 from urllib.parse import urlsplit
 
 import trio
@@ -25,6 +26,27 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A request as the edge read it, handed to its door.
+
+    Attributes:
+      payload: the body, parsed (``body.parse_json_body``).
+      raw: the body as it arrived, for doors that relay it.
+      scope: the ASGI scope (headers, path, query string).
+      arrived: ``trio.current_time()`` when the request arrived; its deadline counts from here.
+      large: the body is large enough to translate off the event loop.
+    """
+
+    payload: object
+    raw: bytes
+    scope: Scope
+    arrived: float
+    large: bool
+
 
 # How long after a stream's deadline its resources are freed even if a write is stuck.
 _EXPIRE_MARGIN_S: Final = 1.0

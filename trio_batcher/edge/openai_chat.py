@@ -24,7 +24,7 @@ from ..translation.openai_chat import (
     translate_request,
 )
 from ..upstream.request import UpstreamRequest
-from .http import Scope
+from .http import Incoming
 
 __all__ = ["CHAT_PATH", "SURFACE", "OpenAIChatDoor"]
 
@@ -48,19 +48,10 @@ class OpenAIChatDoor:
         # a million parts does not stall every other request on the event loop.
         self._large_bodies = trio.CapacityLimiter(1)
 
-    async def handle(
-        self,
-        pipeline: Pipeline,
-        payload: object,
-        raw: bytes,
-        scope: Scope,
-        arrived: float,
-        *,
-        large: bool,
-    ) -> JSONReply | StreamReply:
-        del raw, scope  # translated from the parsed body
+    async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
+        payload, arrived = incoming.payload, incoming.arrived
         try:
-            if large:
+            if incoming.large:
                 tr = await trio.to_thread.run_sync(
                     translate_request, payload, self._options, limiter=self._large_bodies
                 )

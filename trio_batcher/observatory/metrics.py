@@ -41,16 +41,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, Literal, final
 
 from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
-from .latency import Histogram, HistogramCounts, percentile_ms, summary_ms
+from .latency import Histogram, HistogramCounts
 from .latency import Timing as Timing
 from .latency import percentile as percentile
 from .pricing import ModelPrice, PriceTable, TokenUsage
-from .surfaces import SurfaceStatistics, SurfaceTotals, surface_snapshot
+from .snapshot import snapshot_document
+from .surfaces import SurfaceStatistics, SurfaceTotals
 
 __all__ = [
     "LATENCY_BUCKETS",
@@ -406,97 +406,12 @@ class MetricsRegistry:
             samples = {name: list(values) for name, values in self._samples.items()}
             surface_samples = {name: entry.samples() for name, entry in self._surfaces.items()}
             uptime = self._clock() - self._started_mono
-        # Sorting happens outside the lock: recording never waits on a snapshot's sort.
-        for values in samples.values():
-            values.sort()
-        total = samples["total"]
-
-        by_status: dict[str, int] = {}
-        for (_, status), count in stats.requests.items():
-            by_status[status] = by_status.get(status, 0) + count
-        windows_flushed = sum(stats.windows.values())
-        return {
-            "requests": {
-                "total": stats.success + stats.errors,
-                "success": stats.success,
-                "error": stats.errors,
-                "stream": stats.streamed,
-                "by_status": dict(sorted(by_status.items())),
-            },
-            "latency": {
-                "p50_ms": percentile_ms(total, 50),
-                "p95_ms": percentile_ms(total, 95),
-                "p99_ms": percentile_ms(total, 99),
-                "max_ms": percentile_ms(total, 100),
-                "sample_count": len(total),
-                "window": self.window,
-            },
-            "tokens": {
-                "input": stats.input_tokens,
-                "output": stats.output_tokens,
-                "cache_read": stats.cache_read,
-                "cache_write": stats.cache_write,
-                "total": stats.input_tokens
-                + stats.output_tokens
-                + stats.cache_read
-                + stats.cache_write,
-            },
-            "cost": {
-                "estimated_cost_usd": float(stats.cost_usd),
-                "estimate_complete": stats.unpriced_requests == 0,
-                "unpriced": {
-                    "requests": stats.unpriced_requests,
-                    "input_tokens": stats.unpriced_input_tokens,
-                    "output_tokens": stats.unpriced_output_tokens,
-                    "cache_read_tokens": stats.unpriced_cache_read,
-                    "cache_write_tokens": stats.unpriced_cache_write,
-                },
-                "by_model": {
-                    name: float(m.cost_usd) for name, m in stats.by_model.items() if m.cost_usd
-                },
-                "pricing_source": self.pricing.source,
-                "pricing_as_of": self.pricing.as_of,
-            },
-            "rejected": {
-                "total": sum(stats.rejected.values()),
-                "by_reason": dict(sorted(stats.rejected.items())),
-            },
-            "concurrency": {
-                "active": None if gauges is None else gauges.active,
-                "waiting": None if gauges is None else gauges.waiting,
-                "upstream_in_flight": None if gauges is None else gauges.upstream_in_flight,
-                "upstream_cap": None if gauges is None else gauges.upstream_cap,
-            },
-            "windows": {
-                "flushed": windows_flushed,
-                "by_reason": dict(stats.windows),
-                "mean_size": (
-                    round(stats.windowed_requests / windows_flushed, 3) if windows_flushed else None
-                ),
-            },
-            "by_model": {
-                name: {
-                    "requests": m.requests,
-                    "errors": m.errors,
-                    "input_tokens": m.input_tokens,
-                    "output_tokens": m.output_tokens,
-                    "cache_read": m.cache_read,
-                    "cache_write": m.cache_write,
-                    "cost_usd": float(m.cost_usd),
-                    "priced": m.priced,
-                }
-                for name, m in stats.by_model.items()
-            },
-            "timing": {
-                f"{name}_ms": summary_ms(samples[name])
-                for name in ("queue", "upstream_ttfb", "ttft", "upstream", "overhead")
-            },
-            "by_surface": {
-                name: surface_snapshot(stats.by_surface[name], surface_samples[name])
-                for name in sorted(stats.by_surface)
-            },
-            "started_at": datetime.fromtimestamp(stats.started_at, UTC).isoformat(
-                timespec="milliseconds"
-            ),
-            "uptime_s": round(uptime, 3),
-        }
+        return snapshot_document(
+            stats,
+            samples,
+            surface_samples,
+            window=self.window,
+            uptime=uptime,
+            pricing=self.pricing,
+            gauges=gauges,
+        )

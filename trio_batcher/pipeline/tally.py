@@ -10,21 +10,11 @@ by each dialect's encoder.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, final
+from typing import Any, final
+
+from ..upstream.usage import merge_usage
 
 __all__ = ["StreamTally", "event_kind"]
-
-# The usage fields kept, as the upstream reports them; later reports replace earlier ones.
-_USAGE_FIELDS: Final = (
-    "input_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "output_tokens",
-    "output_tokens_details",
-    "cache_creation",
-    "server_tool_use",
-    "service_tier",
-)
 
 
 def event_kind(name: str, data: Mapping[str, Any]) -> str:
@@ -47,9 +37,9 @@ class StreamTally:
             self.deltas += 1
         elif kind == "message_start":
             message = data.get("message")
-            self._merge(message.get("usage") if isinstance(message, Mapping) else None)
+            merge_usage(self._usage, message.get("usage") if isinstance(message, Mapping) else None)
         elif kind == "message_delta":
-            self._merge(data.get("usage"))
+            merge_usage(self._usage, data.get("usage"))
             delta = data.get("delta")
             if isinstance(delta, Mapping) and isinstance(delta.get("stop_reason"), str):
                 self.stop_reason = delta["stop_reason"]
@@ -65,10 +55,3 @@ class StreamTally:
     def usage(self) -> dict[str, Any]:
         """The cumulative usage reported so far, in Anthropic's shape (``{}`` before any)."""
         return dict(self._usage)
-
-    def _merge(self, usage: object) -> None:
-        if not isinstance(usage, Mapping):
-            return
-        for key in _USAGE_FIELDS:
-            if usage.get(key) is not None:
-                self._usage[key] = usage[key]

@@ -1,14 +1,15 @@
 """A simulated Anthropic Messages API: ``trio-batcher serve --simulate`` and the benchmark's
 upstream, faithful enough that the official ``anthropic`` SDK parses everything it sends.
 
-See ``app.py`` for the request flow and the routes, ``validation.py`` (and ``betas.py``
-for what ``anthropic-beta`` unlocks) for what it refuses, ``replies.py`` for what it
-answers, ``faults.py`` for fault injection (including ``times=N`` directives that fail only
-the first N requests), ``ratelimit.py`` for the enforced request/token rate limits,
-``overload.py`` for 529 overload windows, ``stats.py`` for ``/_sim/stats`` and
-``received.py`` for ``/_sim/requests``, the log of what the simulator received (method,
-path, query, every header, the body) that lets a gateway test assert what reached the
-upstream.
+See ``app.py`` for the request flow and the routes (``messages_route.py`` for
+``POST /v1/messages``), ``validation.py`` (its parts in the ``*_checks.py`` modules, and
+``betas.py`` for what ``anthropic-beta`` unlocks) for what it refuses, ``replies.py`` (and
+its ``reply_*.py`` parts) for what it answers, ``faults.py`` for fault injection (including
+``times=N`` directives that fail only the first N requests), ``ratelimit.py`` for the
+enforced request/token rate limits, ``overload.py`` for 529 overload windows, ``stats.py``
+for ``/_sim/stats`` and ``received.py`` for ``/_sim/requests``, the log of what the
+simulator received (method, path, query, every header, the body) that lets a gateway test
+assert what reached the upstream.
 """
 
 from __future__ import annotations

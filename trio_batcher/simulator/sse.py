@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from .errors import error_json
-from .replies import Block, Reply
+from .reply_data import Block, Reply
 
 _dumps: Final = json.dumps
 

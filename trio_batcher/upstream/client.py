@@ -16,7 +16,7 @@ shielded.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -187,44 +187,37 @@ class UpstreamClient:
 
     async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
-        started = trio.current_time()
-        response = await self._send(self._url, request)
-        first_byte = trio.current_time()
-        raw = await self._body_of_200(response)
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
-            # Not a Messages API reply (a captive portal, a misrouted base URL): passing it
-            # on would be an empty completion that looks like a success.
-            raise ProxyError(
-                502,
-                "The upstream answered 200 with a body that is not a Messages API message.",
-                code="upstream_protocol_error",
-            )
-        return UpstreamReply(
-            message, response.headers, started, first_byte, trio.current_time(), raw
-        )
+        # Not a Messages API reply (a captive portal, a misrouted base URL): passing it on
+        # would be an empty completion that looks like a success.
+        return await self._json_call(self._url, request, _is_message, "a Messages API message")
 
     async def count_tokens(self, request: UpstreamRequest) -> UpstreamReply:
         """``POST /v1/messages/count_tokens``; the reply's ``message`` is its JSON object."""
+        return await self._json_call(self._count_url, request, _is_count, "a token count")
+
+    async def _json_call(
+        self,
+        url: httpcore2.URL,
+        request: UpstreamRequest,
+        valid: Callable[[object], bool],
+        what: str,
+    ) -> UpstreamReply:
         started = trio.current_time()
-        response = await self._send(self._count_url, request)
+        response = await self._send(url, request)
         first_byte = trio.current_time()
         raw = await self._body_of_200(response)
         try:
-            counted = json.loads(raw)
+            answer = json.loads(raw)
         except ValueError:
-            counted = None
-        if not isinstance(counted, dict) or not isinstance(counted.get("input_tokens"), int):
+            answer = None
+        if not valid(answer):
             raise ProxyError(
                 502,
-                "The upstream answered 200 with a body that is not a token count.",
+                f"The upstream answered 200 with a body that is not {what}.",
                 code="upstream_protocol_error",
             )
         return UpstreamReply(
-            counted, response.headers, started, first_byte, trio.current_time(), raw
+            answer, response.headers, started, first_byte, trio.current_time(), raw
         )
 
     async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
@@ -334,6 +327,14 @@ class UpstreamClient:
                 f"Could not reach the upstream ({type(exc).__name__}).",
                 code="upstream_connection_error",
             ) from None
+
+
+def _is_message(answer: object) -> bool:
+    return isinstance(answer, dict) and isinstance(answer.get("content"), list)
+
+
+def _is_count(answer: object) -> bool:
+    return isinstance(answer, dict) and isinstance(answer.get("input_tokens"), int)
 
 
 # Everything httpcore2 raises for a connection that failed, short of a timeout.

@@ -30,23 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, final
+from typing import Any, Literal, final
 
 from ...upstream.errors import openai_error_body
+from ...upstream.usage import merge_usage
 from .response import finish_reason, thinking_block, tool_arguments, translate_usage
 
 __all__ = ["StreamTranslator", "UpstreamStreamError"]
-
-_USAGE_FIELDS: Final = (
-    "input_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "output_tokens",
-    "output_tokens_details",
-    "cache_creation",
-    "server_tool_use",
-    "service_tier",
-)
 
 
 @final
@@ -275,13 +265,10 @@ class StreamTranslator:
     # -- chunk construction ------------------------------------------------------------
 
     def _merge_usage(self, usage: object) -> None:
-        if not isinstance(usage, Mapping):
-            return
-        merged = dict(self._usage or {})
-        for key in _USAGE_FIELDS:
-            if usage.get(key) is not None:
-                merged[key] = usage[key]
-        self._usage = merged
+        if isinstance(usage, Mapping):
+            merged = dict(self._usage or {})
+            merge_usage(merged, usage)
+            self._usage = merged
 
     def _envelope(self) -> dict[str, Any]:
         envelope: dict[str, Any] = {

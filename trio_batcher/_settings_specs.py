@@ -1,0 +1,244 @@
+"""The table of knobs: every setting declared once, with its name, parser, default and doc.
+
+``SPECS`` is the single source the environment reader, the CLI flags and the documentation
+check derive from, so a setting cannot exist in one place and be missing in another. The
+environment names are kept from the original llm-batcher so its users' deployments carry
+over. ``Settings`` (in ``settings.py``) repeats each default as a typed field; an import-time
+check there fails if the two ever disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from . import _settings_parsers as parsers
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    env: str
+    field: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    secret: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.env.lower().replace("_", "-")
+
+
+MIB: Final = 1024 * 1024
+
+SPECS: Final[tuple[SettingSpec, ...]] = (
+    SettingSpec(
+        "ANTHROPIC_API_KEY",
+        "anthropic_api_key",
+        parsers.header_secret,
+        None,
+        "Key for the upstream Messages API. Never logged or echoed.",
+        secret=True,
+    ),
+    SettingSpec(
+        "ANTHROPIC_BASE_URL",
+        "anthropic_base_url",
+        parsers.base_url,
+        "https://api.anthropic.com",
+        "Upstream base URL; the proxy posts to {base}/v1/messages.",
+    ),
+    SettingSpec(
+        "ANTHROPIC_VERSION",
+        "anthropic_version",
+        parsers.anthropic_version,
+        "2023-06-01",
+        "anthropic-version header sent upstream (2023-06-01 or 2026-10-21).",
+    ),
+    SettingSpec(
+        "DEFAULT_MODEL",
+        "default_model",
+        parsers.model_name,
+        "claude-sonnet-4-5",
+        'Model used when a request asks for model "default"; listed first by /v1/models.',
+    ),
+    SettingSpec(
+        "DEFAULT_MAX_TOKENS",
+        "default_max_tokens",
+        parsers.integer(1),
+        4096,
+        "max_tokens sent upstream when the request sets neither max_completion_tokens nor max_tokens.",
+    ),
+    SettingSpec(
+        "REQUEST_TIMEOUT_S",
+        "request_timeout_s",
+        parsers.number(0, strict=True),
+        600.0,
+        "Deadline for one request, from its arrival (queueing included); exceeding it answers 504.",
+    ),
+    SettingSpec(
+        "BATCH_ENABLED",
+        "batch_enabled",
+        parsers.boolean,
+        False,
+        "Admission windows on (1) or the direct path (0).",
+    ),
+    SettingSpec(
+        "BATCH_MAX_SIZE",
+        "batch_max_size",
+        parsers.integer(1),
+        16,
+        "A window flushes when it holds this many requests.",
+    ),
+    SettingSpec(
+        "BATCH_MAX_WAIT_MS",
+        "batch_max_wait_ms",
+        parsers.number(0),
+        10.0,
+        "A window flushes this long after its first request, if it has not filled.",
+    ),
+    SettingSpec(
+        "BATCH_MAX_CONCURRENCY",
+        "batch_max_concurrency",
+        parsers.integer(1),
+        16,
+        "Upstream calls in flight at once (streams hold their slot until they end).",
+    ),
+    SettingSpec(
+        "BATCH_TIMEOUT_S",
+        "batch_timeout_s",
+        parsers.number(0, strict=True),
+        600.0,
+        "A flushed window's deadline; requests still pending then get 504.",
+    ),
+    SettingSpec(
+        "UPSTREAM_MAX_RETRIES",
+        "upstream_max_retries",
+        parsers.integer(0),
+        2,
+        "Retries of a failed upstream call before anything reaches the client (0 = off).",
+    ),
+    SettingSpec(
+        "UPSTREAM_RETRY_MAX_WAIT_S",
+        "upstream_retry_max_wait_s",
+        parsers.number(0),
+        60.0,
+        "Longest upstream retry-after honoured; longer ones are answered at once, and no cooldown lasts longer.",
+    ),
+    SettingSpec(
+        "RETRY_BUDGET_RATIO",
+        "retry_budget_ratio",
+        parsers.number(0),
+        0.1,
+        "Retries allowed per request over the last 10 s (plus 2), so retries can't amplify an outage.",
+    ),
+    SettingSpec(
+        "UPSTREAM_COORDINATED_BACKOFF",
+        "upstream_coordinated_backoff",
+        parsers.boolean,
+        True,
+        "Share an upstream 429/529 retry-after or an exhausted rate limit: no new upstream call starts until it passes.",
+    ),
+    SettingSpec(
+        "BATCH_ADAPTIVE",
+        "batch_adaptive",
+        parsers.boolean,
+        False,
+        "AIMD on upstream concurrency within [1, BATCH_MAX_CONCURRENCY]; needs BATCH_ENABLED=1.",
+    ),
+    SettingSpec(
+        "METRICS_ENABLED",
+        "metrics_enabled",
+        parsers.boolean,
+        False,
+        "Collect metrics and serve /metrics and /metrics/prometheus (404 when off).",
+    ),
+    SettingSpec(
+        "METRICS_LATENCY_WINDOW",
+        "metrics_latency_window",
+        parsers.integer(0),
+        1024,
+        "Recent samples kept for percentiles, clamped to [1, 100000].",
+    ),
+    SettingSpec(
+        "METRICS_TOKEN",
+        "metrics_token",
+        parsers.header_secret,
+        None,
+        "When set, the metrics endpoints require 'Authorization: Bearer <token>'.",
+        secret=True,
+    ),
+    SettingSpec(
+        "PRICING_FILE",
+        "pricing_file",
+        parsers.file_path,
+        None,
+        "A JSON price table replacing the bundled one (same format).",
+    ),
+    SettingSpec(
+        "MAX_INFLIGHT",
+        "max_inflight",
+        parsers.integer(0),
+        0,
+        "Requests processed at once; 0 turns the admission gate off.",
+    ),
+    SettingSpec(
+        "MAX_QUEUE",
+        "max_queue",
+        parsers.integer(0),
+        64,
+        "Requests allowed to wait for a slot when MAX_INFLIGHT is reached; more are shed (429).",
+    ),
+    SettingSpec(
+        "ACQUIRE_TIMEOUT_S",
+        "acquire_timeout_s",
+        parsers.number(0),
+        5.0,
+        "How long a queued request waits for a slot before it is shed (429).",
+    ),
+    SettingSpec(
+        "RETRY_AFTER_S",
+        "retry_after_s",
+        parsers.integer(0),
+        1,
+        "Retry-After seconds sent with a shed request's 429.",
+    ),
+    SettingSpec(
+        "SHUTDOWN_GRACE_S",
+        "shutdown_grace_s",
+        parsers.number(0),
+        30.0,
+        "On SIGTERM/SIGINT, how long in-flight requests and streams may finish.",
+    ),
+    SettingSpec(
+        "KEEPALIVE_TIMEOUT_S",
+        "keepalive_timeout_s",
+        parsers.number(0, strict=True),
+        5.0,
+        "How long an idle client connection stays open (raise it above a load balancer's "
+        "idle timeout).",
+    ),
+    SettingSpec(
+        "PROXY_API_KEYS",
+        "proxy_api_keys",
+        parsers.header_secrets,
+        (),
+        "Comma-separated keys clients must send ('Authorization: Bearer <key>', 'api-key' or "
+        "'x-api-key'); empty = no auth.",
+        secret=True,
+    ),
+    SettingSpec(
+        "CORS_ALLOW_ORIGINS",
+        "cors_allow_origins",
+        parsers.web_origins,
+        (),
+        "Comma-separated web origins whose pages may call the gateway (CORS), or '*'; requests naming another origin get 403.",
+    ),
+    SettingSpec(
+        "MAX_BODY_BYTES",
+        "max_body_bytes",
+        parsers.integer(1),
+        32 * MIB,
+        "Largest request body accepted (413 above it); 32 MiB matches the upstream's limit.",
+    ),
+)

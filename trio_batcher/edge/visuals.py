@@ -1,0 +1,55 @@
+"""The pages under ``/visuals/`` and ``/dashboard``: where they are, and which files count.
+
+They ship inside the wheel as ``trio_batcher.visuals``; an editable install serves a
+source checkout's top-level ``visuals/`` instead, minus the scripts that build their data.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Final
+
+from quart import Response, send_file
+
+from ..errors import ProxyError
+
+__all__ = ["visual_file"]
+
+
+# What the pages are made of; a source checkout's visuals/ also holds the scripts that
+# build their data, which are not for serving.
+_VISUAL_SUFFIXES: Final = frozenset({".html", ".js", ".json", ".css", ".svg", ".png"})
+
+
+def _visuals_root() -> Path | None:
+    """Where the pages are: packaged as ``trio_batcher.visuals``, or a source checkout's
+    top-level ``visuals/`` (editable installs)."""
+    try:
+        packaged = Path(str(resources.files("trio_batcher.visuals")))
+        if packaged.is_dir():
+            return packaged
+    except ModuleNotFoundError:
+        pass
+    checkout = Path(__file__).resolve().parent.parent.parent / "visuals"
+    return checkout if checkout.is_dir() else None
+
+
+async def visual_file(name: str) -> Response:
+    root = _visuals_root()
+    if root is None:
+        raise ProxyError(404, "The visuals are not installed.", code="not_found")
+    try:
+        path = (root / name).resolve()
+        found = (
+            path.suffix in _VISUAL_SUFFIXES
+            and path.is_file()
+            and path.is_relative_to(root.resolve())
+        )
+    except (ValueError, OSError):  # a NUL in the name, a name too long
+        found = False
+    if not found:
+        raise ProxyError(404, f"No such page: /visuals/{name}.", code="not_found")
+    response = await send_file(path)
+    response.headers["Cache-Control"] = "no-cache"
+    return response

@@ -1,0 +1,119 @@
+"""The running app's long-lived parts, wired together: the composition root.
+
+``Runtime`` is created in the ASGI lifespan (``app.py``'s ``before_serving``) and owns what
+every request shares: the outbound pool and upstream client, the model catalogue, the
+admission gate, the dispatcher (direct, or admission windows), resilience, the metrics
+registry and the pipeline that ties them together. Each stage is built here, once, so no
+module reaches into another's construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import trio
+
+from .admission.dispatch import DirectDispatcher, Dispatcher
+from .admission.gate import AdmissionGate
+from .admission.windows import Batcher
+from .edge.models import ModelCatalogue, find_model
+from .observatory.metrics import Gauges, MetricsRegistry
+from .observatory.pricing import load_pricing
+from .observatory.prometheus import PrometheusExporter
+from .pipeline.core import Pipeline
+from .settings import Settings
+from .upstream.client import UpstreamClient, new_upstream_pool
+from .upstream.resilience import Resilience, ResilienceConfig
+
+__all__ = ["Runtime"]
+
+
+@final
+class Runtime:
+    """The long-lived parts of a running app, created in ``before_serving``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.http = new_upstream_pool(settings)
+        self.upstream = UpstreamClient(settings, self.http)
+        self.models = ModelCatalogue(self.upstream.list_models)
+        self.gate = AdmissionGate(
+            settings.max_inflight,
+            settings.max_queue,
+            settings.acquire_timeout_s,
+            retry_after=settings.retry_after_s,
+        )
+        self.metrics: MetricsRegistry | None = None
+        if settings.metrics_enabled:
+            default_model = settings.default_model
+            self.metrics = MetricsRegistry(
+                window=settings.metrics_latency_window,
+                pricing=load_pricing(settings.pricing_file),
+                known_model=lambda name: find_model(name, default_model) is not None,
+            )
+        self.dispatcher: Dispatcher
+        limiter: trio.CapacityLimiter | None = None
+        if settings.batch_enabled:
+            # One limiter, shared by every window and retuned by the adaptive controller.
+            limiter = trio.CapacityLimiter(settings.batch_max_concurrency)
+            self.dispatcher = Batcher(
+                max_size=settings.batch_max_size,
+                max_wait=settings.batch_max_wait_s,
+                max_concurrency=settings.batch_max_concurrency,
+                window_timeout=settings.batch_timeout_s,
+                limiter=limiter,
+                on_flush=self.metrics.record_window if self.metrics is not None else None,
+            )
+        else:
+            self.dispatcher = DirectDispatcher()
+        self.resilience = Resilience(
+            ResilienceConfig(
+                max_retries=settings.upstream_max_retries,
+                max_wait_s=settings.upstream_retry_max_wait_s,
+                budget_ratio=settings.retry_budget_ratio,
+                coordinated=settings.upstream_coordinated_backoff,
+                adaptive=settings.batch_adaptive,
+            ),
+            limiter=limiter,
+        )
+        self.pipeline = Pipeline(
+            settings=settings,
+            upstream=self.upstream,
+            dispatcher=self.dispatcher,
+            gate=self.gate,
+            metrics=self.metrics,
+            resilience=self.resilience,
+        )
+        self.prometheus = (
+            PrometheusExporter(self.metrics, self.gauges, self.resilience.statistics)
+            if self.metrics is not None
+            else None
+        )
+        self.draining = False
+        self.drained = trio.Event()
+
+    def upstream_statistics(self) -> dict[str, Any]:
+        """Retries, cooldowns and the adaptive limit, for ``GET /metrics`` (``upstream``)."""
+        stats = self.resilience.statistics()
+        return {
+            "attempts": stats.attempts,
+            "retries": stats.retries,
+            "retries_denied_by_budget": stats.retries_denied_by_budget,
+            "retries_denied_by_deadline": stats.retries_denied_by_deadline,
+            "shed_by_cooldown": stats.shed_by_cooldown,
+            "cooldowns_opened": stats.cooldowns_opened,
+            "cooldown_remaining_s": round(stats.cooldown_remaining, 3),
+            "ratelimit_holds": stats.ratelimit_holds,
+            "adaptive_limit": stats.current_limit,
+            "failures_by_signal": dict(stats.failures_by_signal),
+        }
+
+    def gauges(self) -> Gauges:
+        gate = self.gate.statistics()
+        dispatch = self.dispatcher.statistics()
+        return Gauges(
+            active=gate.active,
+            waiting=gate.waiting,
+            upstream_in_flight=dispatch.running,
+            upstream_cap=dispatch.limiter_total,
+        )
