@@ -132,6 +132,7 @@ def test_empty_snapshot_is_well_formed_with_null_percentiles(registry: MetricsRe
         "waiting": None,
         "upstream_in_flight": None,
         "upstream_cap": None,
+        "trio_tasks": None,
     }
     assert snap["windows"] == {
         "flushed": 0,
@@ -306,12 +307,14 @@ def test_flushed_windows_are_counted_by_reason_with_mean_size(registry: MetricsR
 
 
 def test_gauges_are_reported_as_given(registry: MetricsRegistry) -> None:
-    snap = registry.snapshot(Gauges(active=5, waiting=2, upstream_in_flight=3, upstream_cap=4))
+    gauges = Gauges(active=5, waiting=2, upstream_in_flight=3, upstream_cap=4, trio_tasks=9)
+    snap = registry.snapshot(gauges)
     assert snap["concurrency"] == {
         "active": 5,
         "waiting": 2,
         "upstream_in_flight": 3,
         "upstream_cap": 4,
+        "trio_tasks": 9,
     }
 
 

@@ -236,7 +236,6 @@ def test_completion_envelope() -> None:
         "object": "chat.completion",
         "created": 1700,
         "model": "my-model",
-        "system_fingerprint": None,
         "choices": [
             {
                 "index": 0,

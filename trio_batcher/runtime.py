@@ -116,4 +116,5 @@ class Runtime:
             waiting=gate.waiting,
             upstream_in_flight=dispatch.running,
             upstream_cap=dispatch.limiter_total,
+            trio_tasks=trio.lowlevel.current_statistics().tasks_living,
         )

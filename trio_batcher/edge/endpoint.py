@@ -41,7 +41,9 @@ from .http import (
     Receive,
     Scope,
     Send,
+    asks_to_close,
     cancel_on_disconnect,
+    closing_send,
     framing_error,
     normalize_path,
     send_json,
@@ -113,6 +115,8 @@ class ApiEndpoint:
         if scope["type"] != "http":
             await self._inner(scope, receive, send)
             return
+        if asks_to_close(scope):
+            send = closing_send(send)
         door = self._doors.get(scope["path"])
         if door is None:
             path = normalize_path(scope["path"])

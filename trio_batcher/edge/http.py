@@ -129,6 +129,37 @@ def framing_error(headers: list[tuple[bytes, bytes]]) -> ProxyError | None:
     return None
 
 
+def asks_to_close(scope: Scope) -> bool:
+    """Whether the connection ends with this request: ``Connection: close`` (Python's
+    ``urllib``, health checkers, scripts) or HTTP/1.0, which h11 never keeps alive."""
+    if scope.get("http_version") == "1.0":
+        return True
+    return any(
+        name == b"connection" and b"close" in value.lower() for name, value in scope["headers"]
+    )
+
+
+def closing_send(send: Send) -> Send:
+    """``send``, with the last body message shielded from cancellation.
+
+    hypercorn closes a connection that must close from inside the send of the response's
+    last message, and hands the app ``http.disconnect`` just before. An app that cancels
+    its handler on that disconnect -- quart-trio does, and so does ``ApiEndpoint`` -- then
+    cancels hypercorn's own close halfway, and the socket stays open until the client
+    closes it (measured: for good, with a client that waits for the server). Shielding the
+    last send lets the close finish; it cannot block longer than the write itself would.
+    """
+
+    async def send_then_close(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            with trio.CancelScope(shield=True):
+                await send(message)
+        else:
+            await send(message)
+
+    return send_then_close
+
+
 # No route but the chat POST takes a body; more than this on another one is refused.
 _MAX_OTHER_BODY: Final = 64 * 1024
 

@@ -83,6 +83,9 @@ class Gauges:
     waiting: int
     upstream_in_flight: int
     upstream_cap: int | None
+    # Tasks alive in the process's trio run (``trio.lowlevel.current_statistics``): back to
+    # its idle baseline after any traffic, or something was left running.
+    trio_tasks: int | None = None
 
 
 @final

@@ -149,6 +149,12 @@ class _RegistryCollector:
             ("upstream_inflight", "Upstream calls in flight.", gauges.upstream_in_flight),
         ):
             yield GaugeMetricFamily(PREFIX + name, doc, value=value)
+        if gauges.trio_tasks is not None:
+            yield GaugeMetricFamily(
+                PREFIX + "trio_tasks",
+                "Tasks alive in the process's trio run; back to its idle baseline after traffic.",
+                value=gauges.trio_tasks,
+            )
         if gauges.upstream_cap is not None:
             yield GaugeMetricFamily(
                 PREFIX + "upstream_concurrency_cap",

@@ -91,6 +91,7 @@ def snapshot_document(
             "waiting": None if gauges is None else gauges.waiting,
             "upstream_in_flight": None if gauges is None else gauges.upstream_in_flight,
             "upstream_cap": None if gauges is None else gauges.upstream_cap,
+            "trio_tasks": None if gauges is None else gauges.trio_tasks,
         },
         "windows": {
             "flushed": windows_flushed,

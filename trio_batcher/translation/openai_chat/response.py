@@ -163,7 +163,6 @@ def translate_response(
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "system_fingerprint": None,
         "choices": [
             {
                 "index": 0,

@@ -17,8 +17,9 @@ Anthropic's events do not carry:
 - ``_finished``: the ``finish_reason`` chunk is emitted once, on the ``message_delta`` that
   carries the stop reason or, if none did, on ``message_stop`` (or ``finish``).
 
-Invariants: every chunk has the same ``id``/``created``/``model`` and
-``system_fingerprint: null``; with ``include_usage`` every chunk has ``usage: null`` except
+Invariants: every chunk has the same ``id``/``created``/``model`` and no
+``system_fingerprint`` (OpenAI's schema types it a string, so strict validators refuse a
+null, and the gateway has no fingerprint to give); with ``include_usage`` every chunk has ``usage: null`` except
 the final ``choices: []`` chunk that ``finish`` returns; ``role``, tool-call ``id``/``type``/
 ``name`` appear once each, since OpenAI's accumulation concatenates repeated strings. A
 thinking block's text streams as ``reasoning_content``; its complete form (with the signature
@@ -276,7 +277,6 @@ class StreamTranslator:
             "object": "chat.completion.chunk",
             "created": self._created,
             "model": self._model,
-            "system_fingerprint": None,
         }
         if self._include_usage:
             envelope["usage"] = None
