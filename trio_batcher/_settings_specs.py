@@ -219,6 +219,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "idle timeout).",
     ),
     SettingSpec(
+        "HEAP_TRIM_INTERVAL_S",
+        "heap_trim_interval_s",
+        parsers.number(0),
+        30.0,
+        "How often the process hands free heap pages back to the kernel (glibc's "
+        "malloc_trim); 0 = never.",
+    ),
+    SettingSpec(
         "PROXY_API_KEYS",
         "proxy_api_keys",
         parsers.header_secrets,

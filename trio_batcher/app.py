@@ -33,6 +33,7 @@ from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
 from .runtime import Runtime
+from .serving import trim_heap_periodically
 from .settings import Settings
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
 
@@ -130,6 +131,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     async def _startup() -> None:
         rt = Runtime(settings)
         await app.nursery.start(rt.dispatcher.run)
+        app.nursery.start_soon(trim_heap_periodically, settings.heap_trim_interval_s)
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",

@@ -10,10 +10,12 @@ shutdown. Binding port 0 picks a free ephemeral port.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import trio
 from hypercorn.config import Config
@@ -60,6 +62,38 @@ def tune_gc_for_serving() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None off glibc (musl, macOS, Windows)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return cast(Callable[[int], int], trim)
+
+
+async def trim_heap_periodically(interval_s: float) -> None:
+    """Every ``interval_s`` (``HEAP_TRIM_INTERVAL_S``), give the free pages inside glibc's
+    heap back to the kernel; returns at once when ``interval_s`` is 0 or off glibc.
+
+    Why: each new connection (a client's or the upstream's) and each read allocates and
+    frees buffers of up to 64 KiB between long-lived small blocks (hypercorn and httpcore2
+    read 64 KiB at a time), and glibc only returns the top of its heap to the kernel. Under
+    connection churn -- abandoned streams, ``Connection: close``, disconnects -- RSS then
+    creeps up by tens of bytes per request while the live heap stays flat: measured as
+    45 B/request over 60,000 requests, with ``mallinfo2()`` showing the bytes in use flat and
+    the free bytes inside the heap tripling. ``malloc_trim(0)`` releases whole free pages
+    anywhere in the heap, in well under a millisecond; with it the slope was 5 B/request.
+    """
+    trim = _malloc_trim() if interval_s > 0 else None
+    if trim is None:
+        return
+    while True:
+        await trio.sleep(interval_s)
+        trim(0)
 
 
 def raise_open_file_limit() -> None:
