@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trio_batcher.edge.json_depth import deeper_than
+from trio_batcher.json_text import deeper_than
 
 
 def _nest(depth: int) -> str:

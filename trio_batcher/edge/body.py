@@ -6,12 +6,11 @@ with the same 4xx before anything else runs.
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 from ..errors import ProxyError
+from ..json_text import MAX_JSON_DEPTH, deeper_than, lone_surrogate, strict_loads
 from .http import Receive, Scope
-from .json_depth import deeper_than
 
 __all__ = [
     "LARGE_BODY_BYTES",
@@ -20,10 +19,6 @@ __all__ = [
     "parse_json_body",
     "read_body",
 ]
-
-# Deeper than any real request (tool schemas nest a few dozen levels at most), and far
-# enough below Python's recursion limit that serialising the body again is safe.
-MAX_JSON_DEPTH: Final = 200
 
 # A body this large is parsed and translated in a worker thread (a normal request is a few
 # KB and takes well under a millisecond; a 30 MB one with a million messages takes seconds).
@@ -43,8 +38,9 @@ def parse_json_body(raw: bytes) -> object:
 
     Stricter than ``json.loads(bytes)`` where that would let trouble in: the body must be
     UTF-8 (JSON's only interchange encoding; ``json.loads`` would also take UTF-16 and
-    encoded surrogates), may not spell an unpaired UTF-16 surrogate as an escape, and may
-    not nest deeper than ``MAX_JSON_DEPTH``. Each of those would otherwise fail later, far
+    encoded surrogates), may not use ``NaN``/``Infinity``, may not spell an unpaired UTF-16
+    surrogate as an escape, and may not nest deeper than ``MAX_JSON_DEPTH``
+    (``json_text``). Each of those would otherwise fail later, far
     from the input: in the upstream call's serialisation, or in every metrics export once
     a bad string is a model label.
     """
@@ -57,7 +53,7 @@ def parse_json_body(raw: bytes) -> object:
             400, f"The request body is not UTF-8 text ({exc.reason}).", code="invalid_json"
         ) from None
     try:
-        payload = json.loads(text)
+        payload = strict_loads(text)
     except ValueError as exc:
         raise ProxyError(
             400, f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
@@ -67,7 +63,7 @@ def parse_json_body(raw: bytes) -> object:
     if deeper_than(text, MAX_JSON_DEPTH):
         raise _too_deep()
     if "\\ud" in text or "\\uD" in text:
-        where = _lone_surrogate(payload, "")
+        where = lone_surrogate(payload)
         if where is not None:
             raise ProxyError(
                 400,
@@ -85,30 +81,6 @@ def _too_deep() -> ProxyError:
         f"The JSON body of your request is nested too deeply (more than {MAX_JSON_DEPTH} levels).",
         code="invalid_json",
     )
-
-
-def _lone_surrogate(value: object, path: str) -> str | None:
-    """The path of the first string (or key) that cannot be encoded as UTF-8, or None."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if _lone_surrogate(key, where) is not None:
-                return where
-            found = _lone_surrogate(item, where)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _lone_surrogate(item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    return None
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:

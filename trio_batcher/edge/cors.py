@@ -28,7 +28,17 @@ from collections.abc import Callable, Iterable
 from typing import Final, final
 
 from ..errors import ProxyError
-from .http import ASGIApp, Message, Receive, Scope, Send, header_value, send_json
+from ..translation.anthropic_messages import error_reply as anthropic_error_reply
+from .http import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header_value,
+    send_json,
+    speaks_anthropic,
+)
 
 ALLOW_METHODS: Final = b"GET, POST, OPTIONS"
 PREFLIGHT_MAX_AGE_S: Final = 600
@@ -94,7 +104,11 @@ class OriginPolicy:
             exc = origin_not_allowed(origin_text)
             # Readable by the page, so its developer sees why rather than a bare CORS failure.
             headers = {"Access-Control-Allow-Origin": origin_text, "Vary": "Origin"}
-            await send_json(send, exc.body(), exc.status, headers)
+            if speaks_anthropic(scope):
+                status, body, extra = anthropic_error_reply(exc)
+                await send_json(send, body, status, {**extra, **headers})
+            else:
+                await send_json(send, exc.body(), exc.status, headers)
             return
         allow_origin = b"*" if self._any else origin
         if scope["method"] == "OPTIONS" and request_method is not None:

@@ -72,7 +72,10 @@ def normalize_path(path: str) -> str:
     Every layer behind this one, auth included, sees the canonical path.
     """
     if not path.startswith("/"):
-        path = "/" + urlsplit(path).path.lstrip("/")
+        try:
+            path = "/" + urlsplit(path).path.lstrip("/")
+        except ValueError:  # "http://[/v1/models": no URL at all, so no route either
+            return "/" + path
     if "//" in path:
         path = _SLASHES.sub("/", path)
     if path.startswith("/v1/v1/"):
@@ -127,6 +130,15 @@ def framing_error(headers: list[tuple[bytes, bytes]]) -> ProxyError | None:
             headers={"Connection": "close"},
         )
     return None
+
+
+def speaks_anthropic(scope: Scope) -> bool:
+    """Whether a request is in Anthropic's dialect, for answers made before any door runs:
+    its SDKs and Claude Code always send ``anthropic-version``, and the Messages routes are
+    Anthropic's whatever the client sent."""
+    if "/messages" in scope["path"]:
+        return True
+    return any(name == b"anthropic-version" for name, _ in scope["headers"])
 
 
 def asks_to_close(scope: Scope) -> bool:

@@ -6,11 +6,13 @@ source checkout's top-level ``visuals/`` instead, minus the scripts that build t
 
 from __future__ import annotations
 
+import mimetypes
 from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from quart import Response, send_file
+import trio
+from quart import Response
 
 from ..errors import ProxyError
 
@@ -50,6 +52,9 @@ async def visual_file(name: str) -> Response:
         found = False
     if not found:
         raise ProxyError(404, f"No such page: /visuals/{name}.", code="not_found")
-    response = await send_file(path)
-    response.headers["Cache-Control"] = "no-cache"
-    return response
+    # Read whole rather than streamed with send_file: the pages are small, and the file
+    # send_file opens is never closed when nothing reads the body (a HEAD, a client that
+    # leaves), one file descriptor lost per such request.
+    content = await trio.Path(path).read_bytes()
+    mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return Response(content, mimetype=mimetype, headers={"Cache-Control": "no-cache"})

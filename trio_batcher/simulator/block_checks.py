@@ -153,7 +153,7 @@ def _image_block(block: Mapping[str, Any], path: str, walk: Walk) -> None:
     if kind == "base64":
         only(source, frozenset({"type", "media_type", "data"}), spath)
         media = required(source, "media_type", spath)
-        if media not in IMAGE_MEDIA_TYPES:
+        if not isinstance(media, str) or media not in IMAGE_MEDIA_TYPES:
             fail(
                 join(spath, "media_type"),
                 "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",

@@ -15,7 +15,7 @@ from typing import Any, Final, cast
 from quart import Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from ..edge.json_depth import deeper_than
+from ..json_text import deeper_than
 from .betas import parse_betas
 from .config import API_VERSIONS, SimulatorConfig
 from .errors import SimulatorError, error_json

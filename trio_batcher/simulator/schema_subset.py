@@ -139,7 +139,8 @@ def _node(node: object, where: _Where) -> None:
     if "object" in kinds:
         _object(node, where)
     if "string" in kinds:
-        if "format" in node and node["format"] not in STRING_FORMATS:
+        fmt = node.get("format")
+        if "format" in node and (not isinstance(fmt, str) or fmt not in STRING_FORMATS):
             where.fail(f"For 'string' type, format {node['format']!r} is not supported")
         if "pattern" in node:
             _pattern(node["pattern"], where)

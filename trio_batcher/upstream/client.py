@@ -293,7 +293,19 @@ class UpstreamClient:
     async def _send(self, url: httpcore2.URL, request: UpstreamRequest) -> PooledResponse:
         content = request.content
         if content is None:
-            content = json.dumps(request.body, separators=(",", ":"), ensure_ascii=False).encode()
+            text = json.dumps(request.body, separators=(",", ":"), ensure_ascii=False)
+            try:
+                content = text.encode()
+            except UnicodeEncodeError:
+                # The doors refuse unpaired surrogates where they can name the field; this is
+                # the net under them, so that no input becomes a 500 here.
+                raise ProxyError(
+                    400,
+                    "The request contains text that is not valid Unicode (an unpaired "
+                    "UTF-16 surrogate).",
+                    type="invalid_request_error",
+                    code="invalid_json",
+                ) from None
         if len(content) > MAX_REQUEST_BYTES:
             # The translation can outgrow the client's body (each OpenAI message becomes a
             # block list); the upstream would only refuse it after reading it all.

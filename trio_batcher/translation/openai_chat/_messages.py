@@ -26,13 +26,13 @@ Anthropic cannot take back, so it is not forwarded.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ...errors import invalid_request
+from ...errors import ProxyError, invalid_request
+from ...json_text import MAX_JSON_DEPTH, deeper_than, lone_surrogate, strict_loads
 from ._content import (
     Block,
     assistant_blocks,
@@ -320,13 +320,31 @@ def _arguments(raw: object, param: str) -> dict[str, Any]:
         raise invalid_request("function.arguments must be a JSON string.", param=param)
     if is_blank(raw):
         return {}
+    # The same rules as the body it came in (json_text): it is serialised again upstream.
     try:
-        value = json.loads(raw)
+        value = strict_loads(raw)
     except ValueError:
         raise invalid_request("function.arguments is not valid JSON.", param=param) from None
+    except RecursionError:
+        raise _too_deep(param) from None
+    if deeper_than(raw, MAX_JSON_DEPTH):
+        raise _too_deep(param)
+    if ("\\ud" in raw or "\\uD" in raw) and lone_surrogate(value) is not None:
+        raise invalid_request(
+            "function.arguments contains an unpaired UTF-16 surrogate escape, which is not "
+            "valid Unicode text.",
+            param=param,
+        )
     if not isinstance(value, dict):
         raise invalid_request("function.arguments must encode a JSON object.", param=param)
     return value
+
+
+def _too_deep(param: str) -> ProxyError:
+    return invalid_request(
+        f"function.arguments is nested too deeply (more than {MAX_JSON_DEPTH} levels).",
+        param=param,
+    )
 
 
 def _tool_call(call: object, param: str) -> tuple[Block, str]:

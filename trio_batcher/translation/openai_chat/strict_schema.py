@@ -19,7 +19,8 @@ before it sends a schema:
   client's own validation (pydantic, zod) still does.
 
 A node the subset cannot express at all (``{}``, ``true``: any value) is left as it was for
-the upstream to judge. Pure: no I/O, the input is never modified.
+the upstream to judge; a typeless node that says more (``{"minimum": 0}``: any value, and if
+a number, at least 0) keeps only its description, the rest moved into it as above. Pure: no I/O, the input is never modified.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ def _node(schema: object, depth: int) -> Any:
             out["allOf" if key == "allOf" else "anyOf"] = [_node(b, depth + 1) for b in branches]
             break
     else:
-        if not literal and kind is None:
-            return schema  # any value: nothing the subset can say
+        if not literal and kind is None and not rest.keys() - {"description", "title"}:
+            return schema  # any value, and nothing said of it that the subset refuses
     if kind is not None and not literal:
         out["type"] = kind
     for key in ("description", "title"):
@@ -99,7 +100,8 @@ def _node(schema: object, depth: int) -> Any:
         rest.pop("additionalProperties", None)  # a map's value schema cannot be compiled
         out["additionalProperties"] = False
     elif kind == "string":
-        if rest.get("format") in STRING_FORMATS:
+        fmt = rest.get("format")
+        if isinstance(fmt, str) and fmt in STRING_FORMATS:
             out["format"] = rest.pop("format")
     elif kind == "array":
         if "items" in rest and isinstance(rest["items"], Mapping):
