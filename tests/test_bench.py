@@ -22,13 +22,13 @@ import pytest
 import trio
 
 from trio_batcher.bench import processes
+from trio_batcher.bench.burst import _steps
 from trio_batcher.bench.harness import Bench, Options, target_for
 from trio_batcher.bench.load import Outcome, Target, call, open_loop
 from trio_batcher.bench.progress import Display
 from trio_batcher.bench.ratelimit import AMPLIFICATION_MAX
 from trio_batcher.bench.report import js_module, render_markdown
 from trio_batcher.bench.results import SCHEMA, Counts, Report, ScenarioResult
-from trio_batcher.bench.scenarios import _steps
 from trio_batcher.bench.sse import ContentCounter, EventCounter
 from trio_batcher.bench.stats import (
     event_stats,

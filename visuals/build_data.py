@@ -7,6 +7,7 @@ proxy serves the pages) and ``data/<name>.js``, a classic script that sets a glo
 
     python visuals/build_data.py                           # from visuals/data/results.json
     python visuals/build_data.py bench-results/latest.json # copy that report in first
+    python visuals/build_data.py --soak bench-results/soak.json  # only its soak, for results.html
 
 Writes:
 
@@ -15,7 +16,11 @@ Writes:
   for batching.html -- only when the report ran ``burst``, so a report of other scenarios
   leaves the last recorded trace in place;
 - ``overload.json`` / ``.js`` (``OVERLOAD``): the ``overload`` scenario, for
-  backpressure.html -- likewise only when the report ran it.
+  backpressure.html -- likewise only when the report ran it;
+- ``soak.json`` / ``.js`` (``BENCH_SOAK``): the ``soak`` scenario whole (its RSS series
+  included), which results.html shows when the report it reads has no soak of its own
+  (``--scenario all`` does not run it) -- likewise only when the report ran it. With
+  ``--soak REPORT`` only this pair is written, and ``results.json`` is left as it is.
 
 Nothing is derived or smoothed here: the files hold the report's own numbers, cut down to
 what each page shows, plus where they came from (``source``).
@@ -33,7 +38,7 @@ HERE: Final = Path(__file__).resolve().parent
 DATA: Final = HERE / "data"
 SCHEMA: Final = "trio-batcher-bench/1"
 
-__all__ = ["build", "js_module", "write_pair"]
+__all__ = ["build", "build_soak", "js_module", "write_pair"]
 
 
 def js_module(global_name: str, document: Any) -> str:
@@ -117,15 +122,38 @@ def _overload(report: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any
     }
 
 
+def _soak(report: dict[str, Any], soak: dict[str, Any]) -> dict[str, Any]:
+    return {"schema": SCHEMA, "source": _source(report), "scenario": soak}
+
+
+def _read(report_path: Path) -> dict[str, Any]:
+    report = json.loads(report_path.read_text())
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        raise ValueError(f"{report_path}: not a {SCHEMA} report")
+    return report
+
+
+def build_soak(report_path: Path, data_dir: Path = DATA) -> list[str]:
+    """Write only ``soak.json`` / ``.js`` from the report at ``report_path``.
+
+    Raises:
+      ValueError: not a bench report, or one without a soak scenario.
+    """
+    report = _read(report_path)
+    soak = report.get("scenarios", {}).get("soak")
+    if not soak:
+        raise ValueError(f"{report_path}: the report has no soak scenario")
+    write_pair("soak", "BENCH_SOAK", _soak(report, soak), data_dir)
+    return ["soak"]
+
+
 def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
     """Write the pages' data files from the report at ``report_path``; returns their names.
 
     Raises:
       ValueError: the file is not a bench report of the schema this script knows.
     """
-    report = json.loads(report_path.read_text())
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
-        raise ValueError(f"{report_path}: not a {SCHEMA} report")
+    report = _read(report_path)
     written = ["results"]
     write_pair("results", "BENCH_RESULTS", report, data_dir)
     scenarios = report.get("scenarios", {})
@@ -137,6 +165,10 @@ def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
     if overload and overload.get("phases") and not overload.get("error"):
         write_pair("overload", "OVERLOAD", _overload(report, overload), data_dir)
         written.append("overload")
+    soak = scenarios.get("soak")
+    if soak and soak.get("traces", {}).get("rss") and not soak.get("error"):
+        write_pair("soak", "BENCH_SOAK", _soak(report, soak), data_dir)
+        written.append("soak")
     return written
 
 
@@ -149,10 +181,20 @@ def main(argv: list[str] | None = None) -> int:
         default=DATA / "results.json",
         help="a bench report (default: visuals/data/results.json)",
     )
+    parser.add_argument(
+        "--soak",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="write only data/soak.json/.js from this report's soak scenario",
+    )
     parser.add_argument("--data-dir", type=Path, default=DATA, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        written = build(args.report, args.data_dir)
+        if args.soak is not None:
+            written = build_soak(args.soak, args.data_dir)
+        else:
+            written = build(args.report, args.data_dir)
     except (OSError, ValueError) as exc:
         print(f"build_data: error: {exc}", file=sys.stderr)
         return 2

@@ -76,7 +76,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default="all",
         type=_scenarios,
         metavar="NAME",
-        help=f"one of {', '.join(SCENARIOS)}, a comma-separated list, or all (the default)",
+        help=f"one of {', '.join(SCENARIOS)}, a comma-separated list, or all (the default: "
+        f"every scenario but {', '.join(n for n, s in SCENARIOS.items() if not s.in_all)})",
     )
     parser.add_argument(
         "--quick", action="store_true", help="short phases (the whole suite in under two minutes)"
@@ -94,6 +95,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="closed-loop clients for overhead (default 50), stream (20) and ratelimit (10)",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=_positive_float,
+        default=None,
+        metavar="N",
+        help="minutes of the soak's load (default 10, quick 2)",
     )
     parser.add_argument(
         "--warmup",
@@ -167,6 +175,7 @@ def _command(args: argparse.Namespace) -> str:
         ("--duration", args.duration),
         ("--concurrency", args.concurrency),
         ("--warmup", args.warmup),
+        ("--minutes", args.minutes),
     ):
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
@@ -283,13 +292,14 @@ async def _run_scenarios(
 def run_bench(args: argparse.Namespace) -> int:
     """Run the scenarios ``args`` selects and write the reports; returns the exit status."""
     chosen = args.scenario.split(",")
-    names = list(SCENARIOS) if "all" in chosen else [n for n in SCENARIOS if n in chosen]
+    names = [n for n, s in SCENARIOS.items() if n in chosen or ("all" in chosen and s.in_all)]
     out = Path(args.out)
     options = Options(
         quick=args.quick,
         duration=args.duration,
         concurrency=args.concurrency,
         warmup=args.warmup,
+        minutes=args.minutes,
         log_dir=Path(args.logs) if args.logs else out.parent / "logs",
         profile_dir=Path(args.profile) if args.profile else None,
     )

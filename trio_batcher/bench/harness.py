@@ -50,6 +50,7 @@ class Options:
     duration: float | None = None
     concurrency: int | None = None
     warmup: float | None = None
+    minutes: float | None = None
     log_dir: Path = Path("bench-results/logs")
     profile_dir: Path | None = None
 
@@ -62,6 +63,12 @@ class Options:
     def step_s(self) -> float:
         """Seconds of one open-loop step."""
         return self.duration if self.duration is not None else (3.0 if self.quick else 8.0)
+
+    @property
+    def soak_s(self) -> float:
+        """Seconds of the soak's load (``--minutes``; default 10, quick 2)."""
+        minutes = self.minutes if self.minutes is not None else (2.0 if self.quick else 10.0)
+        return minutes * 60.0
 
     @property
     def warmup_s(self) -> float:

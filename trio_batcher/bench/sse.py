@@ -10,6 +10,8 @@ and stamps whatever completed in it with the piece's arrival time. Two counters:
 - ``EventCounter`` counts *every* event, whatever its kind (``message_start``, ``ping``,
   ``data: [DONE]``...): an event is complete at the blank line that ends it. What a relay
   does per event -- its delay, its CPU -- is about these.
+- ``StreamEnding`` tells how a stream ended: whole (``message_stop`` in Anthropic
+  Messages, ``data: [DONE]`` in OpenAI Chat), or with an ``error`` event, and its type.
 
 Both servers the bench reads (the simulator and the proxy) end events with ``\\n\\n``;
 ``\\r\\n`` line endings, which SSE also allows, are not recognised here.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Literal, TypeAlias, final
 
-__all__ = ["Api", "ContentCounter", "EventCounter"]
+__all__ = ["Api", "ContentCounter", "EventCounter", "StreamEnding"]
 
 Api: TypeAlias = Literal["openai", "anthropic"]
 
@@ -87,3 +89,43 @@ class EventCounter:
         self._newline = run % 2 == 1
         self.count += found
         return found
+
+
+@final
+class StreamEnding:
+    """Watches a stream's lines for its end: ``complete`` once the terminator arrived,
+    ``error_type`` once an error event did (its ``error.type``, or ``"unknown"``)."""
+
+    __slots__ = ("_api", "_error_next", "_partial", "complete", "error_type")
+
+    def __init__(self, api: Api) -> None:
+        self._api = api
+        self._partial = b""
+        self._error_next = False  # Anthropic: the last line was ``event: error``
+        self.complete = False
+        self.error_type: str | None = None
+
+    def feed(self, piece: bytes) -> None:
+        lines = (self._partial + piece).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if self._api == "anthropic":
+                if line.startswith(b"event: "):
+                    self._error_next = line == b"event: error"
+                    if line == b"event: message_stop":
+                        self.complete = True
+                elif self._error_next and line.startswith(b"data: "):
+                    self.error_type = _error_type(line[6:])
+                    self._error_next = False
+            elif line == b"data: [DONE]":
+                self.complete = True
+            elif line.startswith(b'data: {"error"'):
+                self.error_type = _error_type(line[6:])
+
+
+def _error_type(payload: bytes) -> str:
+    try:
+        kind = json.loads(payload)["error"]["type"]
+    except (ValueError, KeyError, TypeError):
+        return "unknown"
+    return kind if isinstance(kind, str) else "unknown"

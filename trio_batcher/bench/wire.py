@@ -16,6 +16,9 @@ returned, so a half-read response can never be mistaken for the next one.
 from __future__ import annotations
 
 import json
+import select
+import socket
+import struct
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Final, final
@@ -139,6 +142,25 @@ class Connection:
 
     async def read_body(self, head: Head) -> bytes:
         return b"".join([piece async for piece in self.body(head)])
+
+    async def answer_within(self, seconds: float) -> bool:
+        """Whether the response starts arriving within ``seconds``. When the time is up, a
+        last look without yielding catches an answer that arrived at the very end, so a
+        client that leaves on ``False`` leaves only what had not been answered yet."""
+        if self._buf:
+            return True
+        with trio.move_on_after(seconds):
+            await trio.lowlevel.wait_readable(self._stream.socket)
+            return True
+        poller = select.poll()  # not select.select(): descriptors past 1023 are common here
+        poller.register(self._stream.socket.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
+    def reset_on_close(self) -> None:
+        """Make the next ``aclose`` reset the connection (RST, SO_LINGER 0) instead of
+        closing it in order: a connection that drops, as opposed to a client that leaves."""
+        self.reusable = False
+        self._stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     async def aclose(self) -> None:
         self.reusable = False
