@@ -42,8 +42,9 @@ _BOM: Final = b"\xef\xbb\xbf"
 class _AnthropicDoor:
     """What both routes share: Anthropic-shaped errors, and the client's own request."""
 
-    def __init__(self, surface: str) -> None:
+    def __init__(self, surface: str, *, generates: bool) -> None:
         self.surface: Final = surface
+        self.generates: Final = generates
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
         status, body, headers = error_reply(exc)
@@ -54,7 +55,11 @@ class _AnthropicDoor:
         payload = incoming.payload
         stream = isinstance(payload, dict) and payload.get("stream") is True
         timing = pipeline.record_refused(
-            exc.status, incoming.arrived, stream=stream, surface=self.surface
+            exc.status,
+            incoming.arrived,
+            stream=stream,
+            surface=self.surface,
+            generation=self.generates,
         )
         exc.headers["Server-Timing"] = timing.server_timing_header()
         return exc
@@ -77,7 +82,7 @@ class MessagesDoor(_AnthropicDoor):
     """Messages in, Messages upstream, the upstream's answer back as it was sent."""
 
     def __init__(self) -> None:
-        super().__init__(SURFACE)
+        super().__init__(SURFACE, generates=True)
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         # Nothing to translate: the checks are a few lookups whatever the body's size.
@@ -94,7 +99,7 @@ class CountTokensDoor(_AnthropicDoor):
     """``count_tokens`` forwarded upstream; its answer (or error) relayed as it is."""
 
     def __init__(self) -> None:
-        super().__init__(COUNT_TOKENS_SURFACE)
+        super().__init__(COUNT_TOKENS_SURFACE, generates=False)
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply:
         try:

@@ -64,6 +64,11 @@ class Door(Protocol):
         """The observatory's name for the route (``"openai.chat"``...)."""
         ...
 
+    @property
+    def generates(self) -> bool:
+        """Whether the route's calls generate (and are counted in ``requests``)."""
+        ...
+
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         """Answer a request whose body is read and parsed; raises ``ProxyError`` for
         anything but success."""
@@ -147,7 +152,9 @@ class ApiEndpoint:
                     headers={"Connection": "close"},
                 )
             if raw is None:  # the client left while sending its body: nothing to answer
-                pipeline.record_refused(CLIENT_CLOSED, arrived, surface=door.surface)
+                pipeline.record_refused(
+                    CLIENT_CLOSED, arrived, surface=door.surface, generation=door.generates
+                )
                 return
             if len(raw) < LARGE_BODY_BYTES:
                 payload = parse_json_body(raw)
@@ -158,7 +165,9 @@ class ApiEndpoint:
         except Exception as exc:
             if pipeline is not None:
                 status = exc.status if isinstance(exc, ProxyError) else 500
-                timing = pipeline.record_refused(status, arrived, surface=door.surface)
+                timing = pipeline.record_refused(
+                    status, arrived, surface=door.surface, generation=door.generates
+                )
                 if isinstance(exc, ProxyError):
                     exc.headers["Server-Timing"] = timing.server_timing_header()
             await _send_error(send, exc, door, scope)

@@ -37,6 +37,7 @@ class OpenAIChatDoor:
     """Chat Completions in, Anthropic Messages upstream."""
 
     surface: Final = SURFACE
+    generates: Final = True
 
     def __init__(self, settings: Settings) -> None:
         self._options = TranslationOptions(

@@ -325,13 +325,24 @@ class Pipeline:
         )
 
     def record_refused(
-        self, status: int, arrived: float, *, stream: bool = False, surface: str | None = None
+        self,
+        status: int,
+        arrived: float,
+        *,
+        stream: bool = False,
+        surface: str | None = None,
+        generation: bool = True,
     ) -> Timing:
         """Count a request answered with an error before any upstream work (bad input, a
-        missing key): a request all the same, under the model ``(none)``."""
+        missing key): a request all the same, under the model ``(none)``; a call that would
+        generate nothing (``generation=False``: ``count_tokens``) under its surface only, as
+        it is counted when it succeeds."""
         timing = Timing(total=trio.current_time() - arrived)
         if self.metrics is not None:
-            self.metrics.record_error(None, status, timing, stream=stream, surface=surface)
+            if generation:
+                self.metrics.record_error(None, status, timing, stream=stream, surface=surface)
+            elif surface is not None:
+                self.metrics.record_call(surface, status, timing)
         return timing
 
     def record_error(
