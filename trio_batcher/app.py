@@ -28,6 +28,7 @@ from .edge.auth import client_key, key_matches, proxy_key_error
 from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
 from .edge.endpoint import ApiEndpoint
+from .edge.http import speaks_anthropic
 from .edge.models import find_model, list_models
 from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
 from .edge.visuals import visual_file
@@ -314,9 +315,8 @@ _OTHER_OPENAI_APIS: Final = {
 
 
 def _anthropic_client() -> bool:
-    """Whether the request speaks Anthropic's dialect: its SDKs and Claude Code always send
-    ``anthropic-version``; OpenAI clients never do."""
-    return "anthropic-version" in request.headers or request.path.startswith(MESSAGES_PATH)
+    """Whether the request speaks Anthropic's dialect (``edge.http.speaks_anthropic``)."""
+    return speaks_anthropic(request.scope)
 
 
 def _error_response(exc: ProxyError) -> Response:

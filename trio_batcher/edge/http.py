@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 from urllib.parse import urlsplit
 
 import trio
@@ -132,13 +132,15 @@ def framing_error(headers: list[tuple[bytes, bytes]]) -> ProxyError | None:
     return None
 
 
-def speaks_anthropic(scope: Scope) -> bool:
-    """Whether a request is in Anthropic's dialect, for answers made before any door runs:
-    its SDKs and Claude Code always send ``anthropic-version``, and the Messages routes are
-    Anthropic's whatever the client sent."""
-    if "/messages" in scope["path"]:
+def speaks_anthropic(scope: Mapping[str, object]) -> bool:
+    """Whether a request is in Anthropic's dialect, for answers made outside any door (the
+    origin policy, Quart's routes): its SDKs and Claude Code always send
+    ``anthropic-version``, and the Messages routes are Anthropic's whatever the client sent."""
+    path = scope["path"]
+    if isinstance(path, str) and "/messages" in path:
         return True
-    return any(name == b"anthropic-version" for name, _ in scope["headers"])
+    headers = cast(Iterable[tuple[bytes, bytes]], scope["headers"])
+    return any(name == b"anthropic-version" for name, _ in headers)
 
 
 def asks_to_close(scope: Scope) -> bool:
