@@ -220,3 +220,16 @@ async def test_no_log_when_configured_off() -> None:
 def test_negative_log_size_is_refused() -> None:
     with pytest.raises(ValueError, match="sizes"):
         SimulatorConfig(request_log_entries=-1)
+
+
+def test_stats_recent_never_returns_more_than_asked_nor_less_than_held() -> None:
+    """``?recent=N`` is the newest N traces: all of them when N is more than are held."""
+    from trio_batcher.simulator.stats import SimulatorStats, Trace
+
+    stats = SimulatorStats()
+    for i in range(5):
+        stats.recent.append(Trace(request_id=f"req_{i}", started_at=float(i)))
+    ids = [t["request_id"] for t in stats.snapshot(recent=2)["recent"]]
+    assert ids == ["req_3", "req_4"]
+    assert len(stats.snapshot(recent=7)["recent"]) == 5  # was 2 (the newest 7 - 5)
+    assert stats.snapshot(recent=0)["recent"] == []

@@ -126,7 +126,7 @@ class SimulatorStats:
     def snapshot(self, recent: int | None = None) -> dict[str, Any]:
         traces = list(self.recent)
         if recent is not None:
-            traces = traces[len(traces) - recent :] if recent > 0 else []
+            traces = traces[-recent:] if recent > 0 else []
         return {
             "requests_total": self.requests_total,
             "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
