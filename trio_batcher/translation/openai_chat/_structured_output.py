@@ -48,7 +48,8 @@ def response_format(payload: Mapping[str, Any], body: dict[str, Any]) -> list[di
             # "Some JSON object" is no grammar (the subset would allow only {}): ask for one.
             return [{"type": "text", "text": JSON_OBJECT_INSTRUCTION}]
         # Always compiled into a grammar, strict or not: only a subset of JSON Schema.
-        body["output_config"] = {"format": {"type": "json_schema", "schema": strict_schema(schema)}}
+        grammar = strict_schema(schema, "response_format.json_schema.schema")
+        body["output_config"] = {"format": {"type": "json_schema", "schema": grammar}}
         return []
     raise invalid_request(
         'response_format.type must be "text", "json_object" or "json_schema".',

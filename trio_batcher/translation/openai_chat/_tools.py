@@ -2,7 +2,8 @@
 
 Only function tools exist upstream. Names, schemas and choices are checked here so that a
 bad tool is a 400 naming ``tools[i]…`` rather than an upstream error; strict tools have
-their schema cut to the subset Anthropic compiles (``strict_schema``).
+their schema cut to the subset Anthropic compiles (``strict_schema``), which refuses, naming
+the node, a schema the grammar compiler would refuse.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ def translate_tools(value: object) -> list[dict[str, Any]]:
                 )
             out["strict"] = strict
             if strict:  # compiled into a grammar: only a subset of JSON Schema
-                out["input_schema"] = strict_schema(out["input_schema"])
+                out["input_schema"] = _strict_input_schema(
+                    out["input_schema"], f"{param}.function.parameters"
+                )
         control = cache_control(tool, param)
         if control is not None:
             out["cache_control"] = control
@@ -99,6 +102,20 @@ def _input_schema(parameters: object, param: str) -> dict[str, Any]:
             'function.parameters must have "type": "object".', param=f"{param}.type"
         )
     return dict(parameters)
+
+
+def _strict_input_schema(schema: dict[str, Any], param: str) -> dict[str, Any]:
+    """``schema`` reshaped for the grammar; a ``$ref``, ``enum`` or ``const`` at the top
+    stands without a ``type`` there, and Anthropic's tools take only an object schema."""
+    out: dict[str, Any] = strict_schema(schema, param)
+    for keyword in ("$ref", "enum", "const"):
+        if keyword in out:
+            raise invalid_request(
+                f"A strict tool's function.parameters cannot use {keyword} at the top level "
+                "(Anthropic's tools take one object schema).",
+                param=f"{param}.{keyword}",
+            )
+    return out
 
 
 def translate_tool_choice(
