@@ -223,8 +223,8 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "heap_trim_interval_s",
         parsers.number(0),
         30.0,
-        "How often the process hands free heap pages back to the kernel (glibc's "
-        "malloc_trim); 0 = never.",
+        "How often the process collects garbage in reference cycles (a full collection) "
+        "and hands free heap pages back to the kernel (glibc's malloc_trim); 0 = never.",
     ),
     SettingSpec(
         "PROXY_API_KEYS",

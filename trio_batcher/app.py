@@ -34,7 +34,7 @@ from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
 from .runtime import Runtime
-from .serving import trim_heap_periodically
+from .serving import tidy_heap_periodically
 from .settings import Settings
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
 
@@ -131,8 +131,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     @app.before_serving
     async def _startup() -> None:
         rt = Runtime(settings)
+        rt.gc_pauses.install()
         await app.nursery.start(rt.dispatcher.run)
-        app.nursery.start_soon(trim_heap_periodically, settings.heap_trim_interval_s)
+        app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",
@@ -149,6 +150,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         # Under `trio-batcher serve` the drain has already run; under a bare hypercorn
         # command line this is the first notice, and hypercorn has closed connections.
         await app.drain()
+        rt.gc_pauses.uninstall()
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await rt.http.aclose()
 

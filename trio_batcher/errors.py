@@ -99,3 +99,25 @@ def invalid_request(
 ) -> ProxyError:
     """A 400 ``invalid_request_error``: the shape every validation failure takes."""
     return ProxyError(400, message, type="invalid_request_error", param=param, code=code)
+
+
+def forget_traceback(exc: BaseException) -> None:
+    """Drop the tracebacks of an error that has been answered (and logged, if it was).
+
+    A traceback holds every frame the error passed through, and some of those frames hold
+    the error itself (a ticket's outcome, a local): a reference cycle, which only the
+    cyclic collector frees, with every request object the frames point at. Nobody reads
+    the traceback of an answered error, so cutting it lets reference counting free the
+    lot at once. Chained errors (``__cause__``, ``__context__``) are cut too.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        error.__traceback__ = None
+        pending += [error.__cause__, error.__context__]
+        if isinstance(error, BaseExceptionGroup):
+            pending += error.exceptions

@@ -17,6 +17,7 @@ from .admission.dispatch import DirectDispatcher, Dispatcher
 from .admission.gate import AdmissionGate
 from .admission.windows import Batcher
 from .edge.models import ModelCatalogue, find_model
+from .observatory.gc_pauses import GcPauses
 from .observatory.metrics import Gauges, MetricsRegistry
 from .observatory.pricing import load_pricing
 from .observatory.prometheus import PrometheusExporter
@@ -89,6 +90,8 @@ class Runtime:
             if self.metrics is not None
             else None
         )
+        # Installed while the app serves (``app.py``'s lifespan).
+        self.gc_pauses = GcPauses()
         self.draining = False
         self.drained = trio.Event()
 
@@ -117,4 +120,5 @@ class Runtime:
             upstream_in_flight=dispatch.running,
             upstream_cap=dispatch.limiter_total,
             trio_tasks=trio.lowlevel.current_statistics().tasks_living,
+            gc=self.gc_pauses.statistics(),
         )

@@ -30,7 +30,7 @@ from typing import Final, Protocol, final
 
 import trio
 
-from ..errors import ProxyError
+from ..errors import ProxyError, forget_traceback
 from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from .auth import client_key, key_matches, proxy_key_error
@@ -197,7 +197,10 @@ async def _answer(door: Door, pipeline: Pipeline, incoming: Incoming, send: Send
     try:
         reply = await door.handle(pipeline, incoming)
     except Exception as exc:
-        await _send_error(send, exc, door, incoming.scope)
+        try:
+            await _send_error(send, exc, door, incoming.scope)
+        finally:
+            forget_traceback(exc)
         return
     if isinstance(reply, JSONReply):
         await send_json(send, reply.body, reply.status, reply.headers)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Literal, final
 
+from .gc_pauses import GcStatistics
 from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
 from .latency import Histogram, HistogramCounts
 from .latency import Timing as Timing
@@ -86,6 +87,8 @@ class Gauges:
     # Tasks alive in the process's trio run (``trio.lowlevel.current_statistics``): back to
     # its idle baseline after any traffic, or something was left running.
     trio_tasks: int | None = None
+    # The garbage collector's pauses so far (``gc_pauses``).
+    gc: GcStatistics | None = None
 
 
 @final

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 )
 
 from ..upstream.resilience import ResilienceStatistics
+from .gc_pauses import GcStatistics
 from .metrics import Gauges, HistogramCounts, MetricsRegistry
 from .surfaces import SurfaceStatistics
 
@@ -155,6 +156,8 @@ class _RegistryCollector:
                 "Tasks alive in the process's trio run; back to its idle baseline after traffic.",
                 value=gauges.trio_tasks,
             )
+        if gauges.gc is not None:
+            yield from _gc_families(gauges.gc)
         if gauges.upstream_cap is not None:
             yield GaugeMetricFamily(
                 PREFIX + "upstream_concurrency_cap",
@@ -296,3 +299,28 @@ class PrometheusExporter:
             return generate_latest(self.collector_registry), CONTENT_TYPE_PLAIN_0_0_4
         encoder, content_type = choose_encoder(accept)
         return encoder(self.collector_registry), content_type
+
+
+def _gc_families(stats: GcStatistics) -> Iterator[Metric]:
+    collections = CounterMetricFamily(
+        PREFIX + "gc_collections",
+        "Garbage collections run, by generation (automatic and the periodic full one).",
+        labels=["generation"],
+    )
+    paused = CounterMetricFamily(
+        PREFIX + "gc_pause_seconds",
+        "Time the process stopped for garbage collections, by generation.",
+        labels=["generation"],
+    )
+    longest = GaugeMetricFamily(
+        PREFIX + "gc_pause_max_seconds",
+        "The longest garbage-collection pause so far, by generation.",
+        labels=["generation"],
+    )
+    for g, count in enumerate(stats.collections):
+        collections.add_metric([str(g)], count)
+        paused.add_metric([str(g)], stats.pause_s_total[g])
+        longest.add_metric([str(g)], stats.pause_s_max[g])
+    yield collections
+    yield paused
+    yield longest

@@ -93,6 +93,7 @@ def snapshot_document(
             "upstream_cap": None if gauges is None else gauges.upstream_cap,
             "trio_tasks": None if gauges is None else gauges.trio_tasks,
         },
+        "gc": None if gauges is None or gauges.gc is None else gauges.gc.to_json(),
         "windows": {
             "flushed": windows_flushed,
             "by_reason": dict(stats.windows),
