@@ -21,7 +21,6 @@ skipping.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx2
+from npm_cache import NpmUnavailable, npm_install
 
 from trio_batcher.settings import SPECS
 
@@ -58,8 +58,7 @@ OFFLINE_ENV: Final = {
 }
 
 
-class Unavailable(Exception):
-    """Claude Code cannot run here; the message says why and how to get it."""
+Unavailable = NpmUnavailable  # what the tests catch to skip
 
 
 @dataclass(frozen=True)
@@ -143,50 +142,14 @@ def _checked(command: tuple[str, ...], source: str) -> ClaudeCode:
 
 
 def _install(npm: str) -> ClaudeCode:
-    """``npm install PACKAGE`` into ``CACHE_DIR``, under a lock, via a staging directory,
-    so that an interrupted install is never mistaken for a finished one."""
-    parent = CACHE_DIR.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    # Keep 356 MB of node_modules out of git (like .pytest_cache, it ignores itself).
-    (parent / ".gitignore").write_text("# Created by tests/claude_code_support.py\n*\n")
-    (parent / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
-    with open(parent / "claude-code.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be installing right now
-        cached = _cached()
-        if cached is not None:
-            return cached
-        staging = Path(tempfile.mkdtemp(prefix="claude-code.", dir=parent))
-        try:
-            started = time.monotonic()
-            try:
-                done = subprocess.run(
-                    [npm, "install", "--no-audit", "--no-fund", "--prefix", str(staging), PACKAGE],
-                    capture_output=True,
-                    text=True,
-                    timeout=INSTALL_TIMEOUT_S,
-                    stdin=subprocess.DEVNULL,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise Unavailable(f"npm install {PACKAGE} took over {exc.timeout:.0f} s") from exc
-            if done.returncode != 0:
-                raise Unavailable(
-                    f"npm install {PACKAGE} failed (exit {done.returncode}): "
-                    f"{(done.stdout + done.stderr).strip()[-1500:]}"
-                )
-            shutil.rmtree(CACHE_DIR, ignore_errors=True)
-            staging.chmod(0o755)  # mkdtemp made it private
-            staging.rename(CACHE_DIR)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        installed = _cached()
-        if installed is None:
-            commands = " or ".join(" ".join(c) for c in _launchers(CACHE_DIR))
-            raise Unavailable(f"npm installed {PACKAGE}, but neither {commands} runs")
-        print(
-            f"installed {PACKAGE} in {time.monotonic() - started:.1f} s into {CACHE_DIR}",
-            file=sys.stderr,
-        )
-        return installed
+    return npm_install(
+        npm,
+        PACKAGE,
+        CACHE_DIR,
+        cached=_cached,
+        launchers=_launchers,
+        timeout_s=INSTALL_TIMEOUT_S,
+    )
 
 
 # --------------------------------------------------------------------------- running it

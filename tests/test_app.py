@@ -132,9 +132,10 @@ async def test_unknown_route_is_404_json_and_wrong_method_is_405() -> None:
         error = _assert_openai_error(await http.get(f"{url}/v1/nope"), 404)
         assert "/v1/nope" in error["message"]
         # A client that defaults to another OpenAI API is told where to go instead.
-        error = _assert_openai_error(await http.post(f"{url}/v1/responses", json={}), 404)
-        assert "Responses API" in error["message"]
+        error = _assert_openai_error(await http.post(f"{url}/v1/embeddings", json={}), 404)
+        assert "Embeddings API" in error["message"]
         assert "/v1/chat/completions" in error["message"]
+        assert "/v1/responses" in error["message"]
         response = await http.get(f"{url}/v1/chat/completions")
         _assert_openai_error(response, 405)
         assert "POST" in response.headers["allow"]

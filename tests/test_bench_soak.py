@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from collections import Counter
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trio_batcher.bench.scenarios import SCENARIOS
-from trio_batcher.bench.soak_checks import reconcile
+from trio_batcher.bench.soak_checks import reconcile, store_check
 from trio_batcher.bench.soak_ledger import (
     FiveXX,
     Ledger,
@@ -28,8 +29,25 @@ from trio_batcher.bench.soak_memory import (
     least_squares_slope,
     memory_summary,
 )
-from trio_batcher.bench.soak_plan import SCHEDULED, Mix, arrivals, faults_that_may_5xx
-from trio_batcher.bench.sse import StreamEnding
+from trio_batcher.bench.soak_plan import (
+    KINDS,
+    SCHEDULED,
+    STORE_EVERY,
+    Mix,
+    Planned,
+    arrivals,
+    faults_that_may_5xx,
+)
+from trio_batcher.bench.sse import ContentCounter, StreamEnding
+from trio_batcher.errors import ProxyError
+from trio_batcher.pipeline.relay import deadline_error
+from trio_batcher.settings import Settings
+from trio_batcher.translation.openai_chat import TranslationOptions
+from trio_batcher.translation.openai_responses import (
+    ResponsesCodec,
+    ResponsesStream,
+    translate_request,
+)
 
 # -- what a client saw ------------------------------------------------------------------------
 
@@ -44,10 +62,20 @@ def _anthropic_error(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
 
-def test_classify_tells_gate_sheds_cooldowns_and_errors_apart_in_both_dialects() -> None:
+def test_classify_tells_gate_sheds_cooldowns_and_errors_apart_in_every_dialect() -> None:
     assert classify("openai", 200) == Result("ok", 200, 200)
     assert classify("openai", 429, _openai_error("queue_full")) == Result(
         "shed", 429, None, "queue_full"
+    )
+    # Responses errors are in OpenAI's shape, and the proxy records the status they carry.
+    assert classify("responses", 503, _openai_error("queue_timeout", "service_unavailable")) == (
+        Result("shed", 503, None, "queue_timeout")
+    )
+    assert classify("responses", 429, _openai_error("upstream_cooldown")) == Result(
+        "cooldown", 429, 429, "upstream_cooldown"
+    )
+    assert classify("responses", 502, _openai_error("api_error", "api_error")) == Result(
+        "error", 502, 502, "api_error"
     )
     capacity = "The proxy is at capacity (queue_timeout); retry after 1 s."
     assert classify("anthropic", 429, _anthropic_error("rate_limit_error", capacity)) == Result(
@@ -65,6 +93,7 @@ def test_classify_tells_gate_sheds_cooldowns_and_errors_apart_in_both_dialects()
     relayed = classify("anthropic", 500, _anthropic_error("api_error", "Internal server error"))
     assert relayed == Result("error", 500, 502, "api_error")
     assert proxy_status("anthropic", 529) == 503 and proxy_status("openai", 504) == 504
+    assert proxy_status("responses", 503) == 503
 
 
 def test_a_stream_that_ends_in_an_error_event_is_an_error_with_the_status_it_stands_for() -> None:
@@ -93,11 +122,123 @@ def test_stream_ending_finds_the_end_or_the_error_across_piece_boundaries() -> N
     assert done.complete
 
 
+_OPTIONS = TranslationOptions(
+    default_model="claude-sonnet-4-5", default_max_tokens=4096, anthropic_version="2023-06-01"
+)
+
+
+def _planned(kind: str) -> Planned:
+    mix = Mix("127.0.0.1", 8000, seed=3)
+    return next(p for a in arrivals(60.0, 200.0, 0, 0, 0) if (p := mix.plan(a)).kind == kind)
+
+
+def _responses_stream(kind: str) -> tuple[bytes, ResponsesStream]:
+    """The proxy's encoder for the soak's own request of ``kind``, started: its bytes for
+    ``message_start`` and a first block with two deltas, and the encoder to end it with."""
+    planned = _planned(kind)
+    block: dict[str, Any]
+    tr = translate_request(json.loads(planned.request[planned.body_offset :]), _OPTIONS)
+    stream = ResponsesCodec(tr, response_id="resp_" + "ab" * 24, created_at=1700000000).stream()
+    if kind == "responses-tools-stream":
+        block = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in ('{"ci', 'ty":"P"}')]
+    else:
+        block = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": t} for t in ("Hel", "lo")]
+    upstream: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 9}}},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        *({"type": "content_block_delta", "index": 0, "delta": d} for d in deltas),
+    ]
+    return _feed(stream, upstream), stream
+
+
+def _feed(stream: ResponsesStream, upstream: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"".join(stream.feed(event["type"], event, "")) for event in upstream)
+
+
+def _read(body: bytes) -> tuple[StreamEnding, ContentCounter]:
+    """A Responses body as the soak's client reads it, in pieces of 7 bytes."""
+    ending, content = StreamEnding("responses"), ContentCounter("responses")
+    for i in range(0, len(body), 7):
+        ending.feed(body[i : i + 7])
+        content.feed(body[i : i + 7])
+    return ending, content
+
+
+def _outcome(body: bytes) -> Result:
+    ending, _ = _read(body)
+    assert not ending.complete and ending.error_type is not None
+    return classify(
+        "responses", 200, stream_error=ending.error_type, stream_message=ending.error_message
+    )
+
+
+def test_the_soaks_responses_requests_are_valid_for_the_door_and_one_in_five_is_stored() -> None:
+    mix = Mix("127.0.0.1", 8000, seed=1)
+    plan = [mix.plan(a) for a in arrivals(60.0, 200.0, 15.0, 100, 0.1)]
+    planned = [p for p in plan if p.api == "responses"]
+    assert {p.kind for p in planned} == {k for k, v in KINDS.items() if v[1] == "responses"}
+    for p in planned:
+        tr = translate_request(json.loads(p.request[p.body_offset :]), _OPTIONS)
+        assert p.request.startswith(b"POST /v1/responses ")
+        assert (tr.store, tr.stream) == (p.store, p.stream)
+        assert bool(tr.body.get("tools")) is ("tools" in p.kind) and not tr.ignored_params
+    assert sum(p.store for p in planned) == math.ceil(len(planned) / STORE_EVERY)
+
+
+def test_a_responses_stream_is_whole_at_its_terminal_event_and_counts_its_deltas() -> None:
+    for kind in ("responses-stream", "responses-tools-stream"):
+        started, stream = _responses_stream(kind)
+        ending, content = _read(started)
+        assert (ending.complete, ending.error_type, content.count) == (False, None, 2), kind
+        stop: list[dict[str, Any]] = [
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+            {"type": "message_stop"},
+        ]
+        whole = started + _feed(stream, stop)
+        ending, content = _read(whole)
+        assert b"response.completed" in whole and b"[DONE]" not in whole
+        assert (ending.complete, ending.error_type, content.count) == (True, None, 2), kind
+        assert classify("responses", 200, stream_error=ending.error_type) == Result("ok", 200, 200)
+    incomplete = StreamEnding("responses")
+    incomplete.feed(b'event: response.incomplete\ndata: {"type":"response.incomplete"}\n\n')
+    assert incomplete.complete
+
+
+def test_a_failed_responses_stream_counts_under_the_status_the_proxy_records() -> None:
+    def upstream(kind: str, message: str) -> Result:
+        started, stream = _responses_stream("responses-stream")
+        error = {"type": "error", "error": {"type": kind, "message": message}}
+        return _outcome(started + stream.upstream_error(error, ""))
+
+    def gateway(exc: ProxyError) -> Result:
+        started, stream = _responses_stream("responses-stream")
+        return _outcome(started + stream.error(exc))
+
+    # pipeline.relay: an upstream error event counts as the status it would have had before
+    # the first byte (an overload is a 503); a gateway error as its own status.
+    overloaded = upstream("overloaded_error", "Overloaded")
+    assert overloaded == Result("error", 503, 503, "overloaded_error")
+    assert upstream("rate_limit_error", "Slow down") == Result(
+        "error", 429, 429, "rate_limit_error"
+    )
+    assert upstream("api_error", "Internal server error").proxy_status == 502
+    assert gateway(deadline_error(Settings())) == Result("error", 504, 504, "server_error")
+    truncated = ProxyError(502, "The upstream stream ended before the message was complete.")
+    assert gateway(truncated) == Result("error", 502, 502, "server_error")
+    # An ``error`` event (never sent by the gateway today) is an error as well.
+    event = {"type": "error", "code": "server_error", "message": "x", "param": None}
+    raw = b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+    assert _outcome(raw) == Result("error", 502, 502, "server_error")
+
+
 # -- the books ---------------------------------------------------------------------------------
 
 
 def _ledger() -> Ledger:
-    ledger = Ledger(offered=14)
+    ledger = Ledger(offered=17)
     add = ledger.add
     for _ in range(5):
         add(Result("ok", 200, 200), api="openai", stream=True, fault=None, at=1.0)
@@ -120,6 +261,15 @@ def _ledger() -> Ledger:
         stream=False,
         fault=None,
         at=5.0,
+    )
+    add(Result("ok", 200, 200), api="responses", stream=False, fault=None, at=6.0, store=True)
+    add(Result("ok", 200, 200), api="responses", stream=True, fault=None, at=6.0)
+    add(
+        Result("error", 503, 503, "overloaded_error"),
+        api="responses",
+        stream=True,
+        fault="stream_error",
+        at=6.0,
     )
     return ledger
 
@@ -148,11 +298,12 @@ _EMPTY = _metrics({}, {}, 0, {})
 def _agreeing() -> dict[str, Any]:
     # The cooldown was raised inside the call: counted as a request (503), not rejected.
     return _metrics(
-        {"200": 8, "499": 2, "502": 1, "503": 1},
+        {"200": 10, "499": 2, "502": 1, "503": 2},
         {"queue_full": 2},
-        stream=6,  # 5 ok streams + the one left mid-stream; not the one left before its body
+        stream=8,  # 6 ok streams, 1 failed, 1 left mid-stream; not the one left before its body
         surfaces={
             "openai.chat": {"200": 5, "499": 1, "502": 1, "503": 1},
+            "openai.responses": {"200": 2, "503": 1},
             "anthropic.messages": {"200": 3, "499": 1},
         },
     )
@@ -166,7 +317,7 @@ def test_reconcile_holds_when_every_request_is_counted_once_where_it_belongs() -
 
 def test_reconcile_accepts_a_cooldown_the_proxy_shed_before_admission() -> None:
     after = _agreeing()
-    after["requests"]["by_status"]["503"] = 0
+    after["requests"]["by_status"]["503"] -= 1
     after["requests"]["total"] -= 1
     after["requests"]["error"] -= 1
     after["rejected"] = {"total": 3, "by_reason": {"queue_full": 2, "upstream_cooldown": 1}}
@@ -188,6 +339,26 @@ def test_reconcile_catches_a_leaving_client_the_proxy_never_counted() -> None:
         "soak: by_surface[anthropic.messages].requests.total = that door's requests taken on",
         'soak: by_surface[anthropic.messages].requests.by_status["499"] = that door\'s',
     }
+
+
+def test_reconcile_checks_the_responses_door_apart_from_chat() -> None:
+    # The Responses stream error counted under Chat: the totals agree, the doors do not.
+    after = _agreeing()
+    after["by_surface"]["openai.chat"] = _surface({"200": 5, "499": 1, "502": 1, "503": 2})
+    after["by_surface"]["openai.responses"] = _surface({"200": 2})
+    failed = {c.name for c in reconcile(_ledger(), _EMPTY, after) if not c.ok}
+    assert failed == {
+        "soak: by_surface[openai.chat].requests.total = that door's requests taken on",
+        "soak: by_surface[openai.responses].requests.total = that door's requests taken on",
+    }
+
+
+def test_the_store_holds_a_response_per_stored_answer_and_none_for_store_false() -> None:
+    ledger = _ledger()
+    left = Result("left", 200, 499, "mid_stream")
+    ledger.add(left, api="responses", stream=True, fault=None, at=7.0, store=True)
+    assert ledger.stored_range() == (1, 2)
+    assert [store_check(ledger, n).ok for n in (0, 1, 2, 3)] == [False, True, True, False]
 
 
 def _with_ambiguous_leaves() -> Ledger:
@@ -310,14 +481,15 @@ def test_the_mix_is_reproducible_covers_every_door_and_keeps_bursts_clean() -> N
     first, again = plan(1), plan(1)
     assert [p.request for p in first] == [p.request for p in again]
     kinds = Counter(p.kind for p in first)
-    assert set(kinds) == {
-        "chat",
-        "chat-stream",
-        "chat-tools",
-        "chat-tools-stream",
-        "messages",
-        "messages-stream",
+    assert set(kinds) == set(KINDS) and {api for _, api, _, _ in KINDS.values()} == {
+        "openai",
+        "responses",
+        "anthropic",
     }
+    # Three doors share what two did: the whole, and the streams' 42.5% the stream-only
+    # faults and leaves are drawn from.
+    assert math.isclose(sum(share for share, *_ in KINDS.values()), 1.0)
+    assert math.isclose(sum(share for share, _, stream, _ in KINDS.values() if stream), 0.425)
     assert all(p.fault is None and p.leave is None for p in first if p.burst)
     faults = Counter(p.fault for p in first if p.fault)
     assert faults["rate_limited"] == 3 and faults["overloaded"] == 2  # at 5, 25, 45 s; 15, 45 s

@@ -54,6 +54,8 @@ PATHS: Final = (
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/v1/responses",
+    "/v1/responses/{id}",
+    "/v1/responses/{id}/input_items",
     "/v1/embeddings",
     "/v1/files",
     "/",
@@ -69,7 +71,18 @@ FILES: Final = (
     "%00",
     "x" * 300,
 )
-QUERY_KEYS: Final = ("limit", "after_id", "before_id", "beta", "x")
+QUERY_KEYS: Final = (
+    "limit",
+    "after_id",
+    "before_id",
+    "beta",
+    "x",
+    "after",
+    "before",
+    "order",
+    "include",
+    "stream",
+)
 QUERY_VALUES: Final = (
     "1",
     "0",
@@ -107,7 +120,7 @@ class Case(Compact):
         path = self.target.split("?")[0]
         if "/messages" in path:
             return True
-        if self.method == "POST" and "/chat/completions" in path:
+        if self.method == "POST" and ("/chat/completions" in path or path.endswith("/responses")):
             return False
         return any(name == "anthropic-version" for name, _ in self.headers)
 

@@ -227,6 +227,22 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "and hands free heap pages back to the kernel (glibc's malloc_trim); 0 = never.",
     ),
     SettingSpec(
+        "DATA_DIR",
+        "data_dir",
+        parsers.optional_str,
+        None,
+        "Directory for embedded state (stored Responses), created on first use; unset = "
+        "$XDG_DATA_HOME/trio-batcher, else ~/.local/share/trio-batcher.",
+    ),
+    SettingSpec(
+        "RESPONSES_RETENTION_DAYS",
+        "responses_retention_days",
+        parsers.number(0, strict=True),
+        30.0,
+        "How long a stored Response (store: true) can be retrieved or continued by "
+        "previous_response_id; expired ones are purged.",
+    ),
+    SettingSpec(
         "PROXY_API_KEYS",
         "proxy_api_keys",
         parsers.header_secrets,

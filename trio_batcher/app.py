@@ -31,11 +31,15 @@ from .edge.endpoint import ApiEndpoint
 from .edge.http import speaks_anthropic
 from .edge.models import find_model, list_models
 from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
+from .edge.openai_responses import RESPONSES_PATH, ResponsesDoor
+from .edge.responses_routes import responses_blueprint
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
 from .settings import Settings
+from .store import SQLiteResponseStore, resolve_data_dir
+from .store.purge import purge_expired_periodically
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
 
 log = logging.getLogger("trio_batcher")
@@ -106,6 +110,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app = ProxyApp("trio_batcher")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
+    # Opened on first use: a gateway that never stores a response never touches the disk.
+    responses = SQLiteResponseStore(resolve_data_dir(settings.data_dir))
     app.asgi_app = OriginPolicy(  # type: ignore[method-assign,assignment]
         ApiEndpoint(
             app.asgi_app,
@@ -114,6 +120,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 CHAT_PATH: OpenAIChatDoor(settings),
                 MESSAGES_PATH: MessagesDoor(),
                 COUNT_TOKENS_PATH: CountTokensDoor(),
+                RESPONSES_PATH: ResponsesDoor(settings, responses),
             },
             max_body_bytes=settings.max_body_bytes,
             api_keys=settings.proxy_api_keys,
@@ -134,6 +141,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         rt.gc_pauses.install()
         await app.nursery.start(rt.dispatcher.run)
         app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
+        app.nursery.start_soon(purge_expired_periodically, responses)
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",
@@ -153,6 +161,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         rt.gc_pauses.uninstall()
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await rt.http.aclose()
+            await responses.aclose()
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -169,9 +178,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             other_api = _OTHER_OPENAI_APIS.get(request.path.rstrip("/"))
             if other_api is not None:
                 message += (
-                    f" This gateway serves OpenAI's Chat Completions API, not the {other_api}: "
-                    "point the client at POST /v1/chat/completions (with the Vercel AI SDK, "
-                    "openai.chat(model) or @ai-sdk/openai-compatible)."
+                    " This gateway serves OpenAI's Chat Completions and Responses APIs, not "
+                    f"the {other_api}: point the client at POST /v1/chat/completions or "
+                    "POST /v1/responses."
                 )
         elif status == 405:
             allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
@@ -234,6 +243,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             return json_response(anthropic_model(found, catalogue.infos))
         return json_response(found)
 
+    app.register_blueprint(responses_blueprint(responses, lambda: bool(settings.proxy_api_keys)))
+
+    @app.post(RESPONSES_PATH)
     @app.post(MESSAGES_PATH)
     @app.post(COUNT_TOKENS_PATH)
     @app.post(CHAT_PATH)
@@ -309,7 +321,6 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
 # OpenAI APIs a client may try by default; their 404 says where to go instead.
 _OTHER_OPENAI_APIS: Final = {
-    "/v1/responses": "Responses API",
     "/v1/completions": "legacy Completions API",
     "/v1/embeddings": "Embeddings API",
     "/v1/assistants": "Assistants API",

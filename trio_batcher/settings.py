@@ -69,6 +69,8 @@ class Settings:
     shutdown_grace_s: float = 30.0
     keepalive_timeout_s: float = 5.0
     heap_trim_interval_s: float = 30.0
+    data_dir: str | None = None
+    responses_retention_days: float = 30.0
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB

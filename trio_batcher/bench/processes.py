@@ -13,16 +13,21 @@ out -- normal exit, error or cancellation -- every child still running gets SIGT
 SIGKILL if it has not exited within ``STOP_GRACE_S`` (the proxies together first, then the
 simulator); this runs in a shielded cancel scope, so nothing the caller does can skip it.
 The proxy's ``SHUTDOWN_GRACE_S`` is set low so SIGTERM finishes quickly: the benchmark has
-no request it wants to outlive the run.
+no request it wants to outlive the run. Each proxy's ``DATA_DIR`` (where stored Responses
+go) is its own directory inside a temporary one the stack removes after every child has
+stopped, so a benchmark never writes into the user's data directory nor reads an earlier
+run's state.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -112,11 +117,13 @@ class SimServer:
 @final
 @dataclass
 class ProxyServer:
-    """A running proxy (``METRICS_ENABLED=1``): its base URL, pid, env and ``/metrics``."""
+    """A running proxy (``METRICS_ENABLED=1``): its base URL, pid, env, ``DATA_DIR`` (a
+    temporary directory, gone once the stack has stopped) and ``/metrics``."""
 
     child: _Child
     http: httpx2.AsyncClient
     env: Mapping[str, str]
+    data_dir: Path
 
     @property
     def url(self) -> str:
@@ -265,8 +272,9 @@ async def running_stack(
 ) -> AsyncIterator[Stack]:
     """Start a simulator (``simulate`` plus ``sim_args``) and one proxy per entry of
     ``proxies`` (name -> extra settings), each proxy pointed at the simulator with metrics
-    on, and with ``floor`` the stack's floor server (``bench.floor``) too; yield them; stop
-    them all on exit, whatever happened.
+    on and its own temporary ``DATA_DIR``, and with ``floor`` the stack's floor server
+    (``bench.floor``) too; yield them; stop them all on exit, whatever happened, then remove
+    the data directories.
 
     Raises:
       ServerError: a server did not become ready (its log's tail is in the message).
@@ -274,6 +282,7 @@ async def running_stack(
     await trio.Path(log_dir).mkdir(parents=True, exist_ok=True)
     children: list[_Child] = []
     base = _base_env()
+    data_root = Path(tempfile.mkdtemp(prefix="trio-batcher-bench-"))
     http = httpx2.AsyncClient(trust_env=False, timeout=10.0)
     try:
         # All processes start at once (a proxy needs its upstream only when a request
@@ -291,6 +300,7 @@ async def running_stack(
         stack = Stack(SimServer(sim_child, http))
         for name, settings in proxies.items():
             port = free_port()
+            data_dir = data_root / name
             env = {
                 **base,
                 "ANTHROPIC_BASE_URL": sim_child.url,
@@ -298,6 +308,7 @@ async def running_stack(
                 "METRICS_ENABLED": "1",
                 "METRICS_LATENCY_WINDOW": "100000",
                 "SHUTDOWN_GRACE_S": "2",
+                "DATA_DIR": str(data_dir),
                 **settings,
             }
             child = await _spawn(
@@ -309,7 +320,7 @@ async def running_stack(
                 children,
             )
             waits.append((child, "/health"))
-            stack.proxies[name] = ProxyServer(child, http, dict(settings))
+            stack.proxies[name] = ProxyServer(child, http, dict(settings), Path(env["DATA_DIR"]))
         if floor:
             port = free_port()
             stack.floor = await _spawn(
@@ -335,3 +346,4 @@ async def running_stack(
                     nursery.start_soon(_stop, child)
             if children:
                 await _stop(children[0])
+            await trio.to_thread.run_sync(lambda: shutil.rmtree(data_root, ignore_errors=True))

@@ -109,8 +109,9 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         Scenario(
             "soak",
             "Soak: minutes of mixed traffic under faults, with memory watched",
-            "An open loop of 200 requests/s over both doors (OpenAI Chat with and without "
-            "streaming and tools, Anthropic Messages with and without streaming) through a "
+            "An open loop of 200 requests/s over every door (OpenAI Chat and OpenAI "
+            "Responses with and without streaming and tools, a fifth of the Responses "
+            "stored; Anthropic Messages with and without streaming) through a "
             "proxy with batching and the gate on, with bursts of 250 inside 100 ms every "
             "15 s; clients that leave before their body is sent (closing or resetting the "
             "connection), while queued or in flight, and mid-stream; and a simulator "

@@ -10,20 +10,26 @@ coordinated backoff at their defaults, and the default latency window (a larger 
 grow for its first N requests and pass for a leak). The simulator answers in ~35 ms and
 opens a 529 overload window of ``OVERLOAD_FOR_S`` every ``OVERLOAD_EVERY_S``.
 
-The load is one open loop (``soak_plan``): ``RATE`` arrivals per second over both doors,
-bursts of ``BURST_SIZE`` inside ``BURST_SPREAD_S`` every ``BURST_EVERY_S`` (far above the
-gate's capacity), faults and leaving clients mixed in; each request is followed to its end
-(``soak_client``) and counted once in a ``soak_ledger.Ledger``. Beside it, once a second, a
+The load is one open loop (``soak_plan``): ``RATE`` arrivals per second over every door
+(OpenAI Chat, OpenAI Responses, Anthropic Messages), bursts of ``BURST_SIZE`` inside
+``BURST_SPREAD_S`` every ``BURST_EVERY_S`` (far above the gate's capacity), faults and
+leaving clients mixed in; each request is followed to its end (``soak_client``) and
+counted once in a ``soak_ledger.Ledger``. Beside it, once a second, a
 sampler records the proxy's RSS (psutil), its ``/metrics`` gauges and request count, and
 the simulator's 529 count (to know when the upstream was overloaded).
 
+The proxy's ``DATA_DIR`` is a temporary directory (``processes.running_stack``), so the
+Responses it stores never reach the user's data directory.
+
 Before the load: a warm-up nobody counts, then the baseline -- ``/metrics``, the
 simulator's stats (reset, so its peak in-flight gauge and its overload schedule start
-with the run) and the proxy's live trio tasks with no client connected. After: every
-client connection closed, both servers idle, and the checks (``soak_checks``): the books
-reconcile with ``/metrics`` and the simulator; the upstream cap held; gauges, gate and
-trio tasks are back where they started; every 5xx a client saw has a fault behind it; and
--- in a full run -- the RSS slope after the warm-up is within target over enough requests.
+with the run), the proxy's live trio tasks with no client connected and the responses it
+has stored. After: every client connection closed, both servers idle, and the checks
+(``soak_checks``): the books reconcile with ``/metrics`` (door by door) and the simulator;
+the responses stored match the requests that asked to be; the upstream cap held; gauges,
+gate and trio tasks are back where they started; every 5xx a client saw has a fault behind
+it; and -- in a full run -- the RSS slope after the warm-up is within target over enough
+requests.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from .soak_checks import (
     reconcile,
     slope_check,
     status_delta,
+    store_check,
     upstream_checks,
     upstream_delta,
 )
@@ -70,6 +77,7 @@ from .soak_watch import (
     sample,
     settled_metrics,
     settled_tasks,
+    stored_responses,
 )
 
 __all__ = ["run_soak"]
@@ -124,6 +132,7 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
         host, port = host_port(server.url)
         await _warm_up(stack, host, port)
         baseline_tasks = await settled_tasks(server)
+        stored_before = await stored_responses(server)
         await stack.sim.reset()  # the peak gauge and the overload schedule start with the run
         sim_before = await stack.sim.stats()
         before = await server.metrics()
@@ -134,7 +143,10 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
         tally = Tally()
         meter = CpuMeter({"proxy": server.pid, "simulator": stack.sim.pid, "client": os.getpid()})
         pool = FreshPool(host, port)
-        label = f"soak: {seconds / 60:g} min open loop {RATE:g}/s + bursts, faults, leaving clients"
+        label = (
+            f"soak: {seconds / 60:g} min open loop {RATE:g}/s over 3 doors + bursts, faults, "
+            "leaving clients"
+        )
         try:
             async with bench.display.phase(label, seconds, tally):
                 meter.start()
@@ -156,6 +168,7 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
         )
         sim_after = await bench.sim_idle(stack)
         end_tasks = await settled_tasks(server, at_most=baseline_tasks)
+        stored = await stored_responses(server) - stored_before
     memory = memory_summary(samples, fit_from_s(seconds))
     ambiguous = ambiguity(ledger, before, after)
     overload = overload_periods(sim_529)
@@ -163,6 +176,7 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
     checks = reconcile(ledger, before, after)
     sim_requests = int(sim_after["requests_total"]) - int(sim_before["requests_total"])
     checks += upstream_checks(ledger, sim_requests, before, after)
+    checks.append(store_check(ledger, stored))
     checks += end_checks(after, sim_after, baseline_tasks, end_tasks, five, cap=UPSTREAM_CAP)
     if not opts.quick:
         checks.append(slope_check(memory))
@@ -171,6 +185,7 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
         "seconds": round(seconds, 1),
         "requests": ledger.as_json(),
         "requests_per_s": round(ledger.sent / seconds, 1) if seconds else None,
+        "responses_stored": stored,
         "memory": memory,
         "trio_tasks": {
             "baseline": baseline_tasks,
@@ -187,6 +202,9 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
             "requests_by_status": status_delta(before["requests"], after["requests"]),
             "rejected_by_reason": reason_delta(before, after),
             "upstream": upstream_delta(before, after),
+            # The garbage collector's pauses over the whole run (the periodic full
+            # collection that keeps memory flat included): what flat memory costs.
+            "gc": after.get("gc"),
         },
         "five_xx": five,
         "ambiguity": ambiguous,
@@ -260,6 +278,7 @@ async def _traffic(
             fault=planned.fault,
             at=trio.current_time() - start,
             planned_leave=leave,
+            store=planned.store,
         )
         name = _TALLY.get(result.kind, "error")
         setattr(tally, name, getattr(tally, name) + 1)

@@ -1,8 +1,10 @@
 """The soak's checks: the books against ``/metrics`` and the simulator, and the end state.
 
 Pure (no I/O, no clock), tested as data. ``reconcile`` compares a ``soak_ledger.Ledger``
-with the deltas of the proxy's ``/metrics`` over the run; ``upstream_checks`` the proxy's
-upstream counters with the simulator's; ``end_checks`` the state both are left in.
+with the deltas of the proxy's ``/metrics`` over the run, door by door (``by_surface``:
+``openai.chat``, ``openai.responses``, ``anthropic.messages``); ``upstream_checks`` the
+proxy's upstream counters with the simulator's; ``store_check`` the Responses the proxy
+stored with those that asked to be; ``end_checks`` the state both are left in.
 
 How the proxy counts (and therefore what must match):
 
@@ -47,6 +49,7 @@ __all__ = [
     "reconcile",
     "slope_check",
     "status_delta",
+    "store_check",
     "upstream_checks",
     "upstream_delta",
 ]
@@ -315,6 +318,21 @@ def upstream_checks(
             "upstream.attempts - upstream.retries (actual)",
         ),
     ]
+
+
+def store_check(ledger: Ledger, stored: int) -> Check:
+    """The responses the proxy stored over the run (``stored``, rows added to its store)
+    against the ``store: true`` requests (``Ledger.stored_range``): none lost, none for a
+    request that asked not to be stored."""
+    low, high = ledger.stored_range()
+    return Check(
+        "soak: the Responses asked to be stored were, and no others",
+        low <= stored <= high,
+        low if low == high else f"{low}..{high}",
+        stored,
+        f"store: true requests by outcome {dict(sorted(ledger.stores.items()))}; at least one "
+        "row per answer read whole, at most one more per error or mid-stream leave",
+    )
 
 
 def end_checks(

@@ -144,4 +144,6 @@ async def _exchange(conn: Connection, planned: Planned) -> Result:
             return Result("left", 200, LEFT, "mid_stream")
     if not ending.complete and ending.error_type is None:
         return Result("failed", 200, reason="stream ended with neither its end nor an error")
-    return classify(planned.api, 200, stream_error=ending.error_type)
+    return classify(
+        planned.api, 200, stream_error=ending.error_type, stream_message=ending.error_message
+    )

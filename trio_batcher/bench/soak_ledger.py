@@ -3,8 +3,14 @@
 Pure (no I/O, no clock), tested as data. ``classify`` turns what a client saw into one
 ``Result``, in the terms the proxy counts it in (``proxy_status``): an Anthropic client sees
 529 where the proxy records 503, and an upstream 500 relayed as 500 where it records 502; a
-stream that failed after its 200 counts under the status its error event stands for. A
-``Ledger`` adds the results up; ``soak_checks.reconcile`` compares it with ``/metrics``.
+stream that failed after its 200 counts under the status its error event stands for
+(``pipeline.relay``: the status the same upstream error would have had before the first
+byte, or the gateway's own error's). A Responses client sees that error as
+``response.failed`` with only ``server_error`` or ``rate_limit_exceeded`` for a code, so
+its status is read back from the message: an upstream error names its type there
+(``(upstream overloaded_error)``), and the one gateway error after the start that is not a
+502 is the deadline (504). A ``Ledger`` adds the results up; ``soak_checks.reconcile``
+compares it with ``/metrics``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,11 @@ Kind: TypeAlias = Literal["ok", "error", "shed", "cooldown", "left", "failed"]
 GATE_REASONS: Final = ("queue_full", "queue_timeout", "shutdown")
 COOLDOWN: Final = "upstream_cooldown"
 LEFT: Final = 499
-SURFACES: Final[Mapping[Api, str]] = {"openai": "openai.chat", "anthropic": "anthropic.messages"}
+SURFACES: Final[Mapping[Api, str]] = {
+    "openai": "openai.chat",
+    "anthropic": "anthropic.messages",
+    "responses": "openai.responses",
+}
 _CAPACITY: Final = re.compile(r"at capacity \((\w+)\)")
 _COOLDOWN: Final = re.compile(r"^The upstream is (?:rate limiting this gateway|overloaded); retry")
 _STREAM_ERROR_STATUS: Final[Mapping[str, int]] = {
@@ -44,6 +54,11 @@ _STREAM_ERROR_STATUS: Final[Mapping[str, int]] = {
     "rate_limit_error": 429,
     "timeout_error": 504,
 }
+# Responses' ``response.failed``: the upstream error's type, as the codec appends it to the
+# message; the deadline's message (``pipeline.relay.deadline_error``); its two codes.
+_UPSTREAM_TYPE: Final = re.compile(r"\(upstream (\w+)\)$")
+_DEADLINE: Final = "REQUEST_TIMEOUT_S"
+_RATE_LIMITED: Final = "rate_limit_exceeded"
 _EXAMPLES: Final = 20
 
 
@@ -68,7 +83,8 @@ class Result:
 
 
 def proxy_status(api: Api, status: int) -> int:
-    """The status the proxy records for an answer an ``api`` client saw as ``status``."""
+    """The status the proxy records for an answer an ``api`` client saw as ``status``
+    (OpenAI Chat and Responses clients see the gateway's own)."""
     if api == "anthropic":
         return {529: 503, 500: 502}.get(status, status)
     return status
@@ -90,12 +106,21 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None, str]:
     )
 
 
-def classify(api: Api, status: int, body: bytes = b"", stream_error: str | None = None) -> Result:
+def classify(
+    api: Api,
+    status: int,
+    body: bytes = b"",
+    stream_error: str | None = None,
+    stream_message: str = "",
+) -> Result:
     """What a complete answer means: ``status`` and, for an error, its ``body``; for a 200
-    stream that ended in an error event, that event's ``error.type`` (``stream_error``)."""
+    stream that ended in an error event, that event's type (``stream_error``: its
+    ``error.type``, or in Responses its ``error.code``) and message (``stream_message``)."""
     if status == 200:
         if stream_error is None:
             return Result("ok", 200, 200)
+        if api == "responses":
+            return _responses_failed(stream_error, stream_message)
         failed = _STREAM_ERROR_STATUS.get(stream_error, 502)
         return Result("error", failed, failed, stream_error)
     code, kind, message = _error_fields(body)
@@ -113,6 +138,23 @@ def classify(api: Api, status: int, body: bytes = b"", stream_error: str | None 
     if reason == COOLDOWN:
         return Result("cooldown", status, proxy_status(api, status), COOLDOWN)
     return Result("error", status, proxy_status(api, status), reason or kind)
+
+
+def _responses_failed(code: str, message: str) -> Result:
+    """A Responses stream that ended in ``response.failed`` (or an ``error`` event): the
+    upstream's error type if the message names one, else the gateway's own error."""
+    found = _UPSTREAM_TYPE.search(message)
+    if found:
+        kind = found.group(1)
+        failed = _STREAM_ERROR_STATUS.get(kind, 502)
+        return Result("error", failed, failed, kind)
+    if code == _RATE_LIMITED:
+        failed = 429
+    elif _DEADLINE in message:
+        failed = 504
+    else:
+        failed = 502  # a truncated upstream stream, or anything else of the gateway's
+    return Result("error", failed, failed, code)
 
 
 @final
@@ -149,6 +191,8 @@ class Ledger:
     streams_taken_on: int = 0  # streaming requests the proxy parsed and did not gate-shed
     streams_cooldown: int = 0
     five_xx: list[FiveXX] = field(default_factory=list)
+    stores: Counter[str] = field(default_factory=Counter)  # store: true ones, by outcome
+    stores_left_mid_stream: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     failure_examples: list[str] = field(default_factory=list)
 
@@ -161,11 +205,16 @@ class Ledger:
         fault: str | None,
         at: float,
         planned_leave: str | None = None,
+        store: bool = False,
     ) -> None:
-        """Count one request. ``stream`` counts only if the proxy got its whole body."""
+        """Count one request. ``stream`` counts only if the proxy got its whole body;
+        ``store``: a Responses request that asked to be stored."""
         self.sent += 1
         self.kinds[result.kind] += 1
         self.by_door.setdefault(api, Counter())[result.kind] += 1
+        if store:
+            self.stores[result.kind] += 1
+            self.stores_left_mid_stream += result.kind == "left" and result.reason == "mid_stream"
         if fault is not None:
             self.faults[fault] += 1
         parsed = stream and not (result.kind == "left" and result.reason in _BODY_STAGES)
@@ -196,6 +245,14 @@ class Ledger:
         if result.status >= 500:
             self.five_xx.append(FiveXX(at, api, result.status, result.reason, fault))
 
+    def stored_range(self) -> tuple[int, int]:
+        """How many responses the proxy must have stored: at least one per ``store: true``
+        request read whole, at most one more per such request that ended in an error (a
+        stream that failed is stored with its error) or left mid-stream (the terminal
+        event may have been built before the proxy noticed)."""
+        low = self.stores["ok"]
+        return low, low + self.stores["error"] + self.stores_left_mid_stream
+
     def taken_on(self, api: Api | None = None) -> int:
         counts = self.statuses if api is None else self.door_statuses.get(api, Counter())
         return sum(counts.values())
@@ -214,6 +271,7 @@ class Ledger:
             "left_by_stage": dict(sorted(self.left.items())),
             "faults_injected": dict(sorted(self.faults.items())),
             "client_5xx": len(self.five_xx),
+            "store_true_by_outcome": dict(sorted(self.stores.items())),
             "failures": dict(sorted(self.failures.items())),
             "failure_examples": self.failure_examples,
         }

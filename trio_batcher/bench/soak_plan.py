@@ -5,8 +5,10 @@ rate with bursts above the gate's capacity on top -- and ``Mix.plan`` turns each
 into a ``Planned`` request, drawn from one seeded RNG, so a run is reproducible request
 for request. What each request carries:
 
-- a **door and shape**: OpenAI Chat (stream or not, with or without tools) or Anthropic
-  Messages (stream or not), in the shares of ``KINDS``;
+- a **door and shape**: OpenAI Chat or OpenAI Responses (stream or not, with or without
+  tools) or Anthropic Messages (stream or not), in the shares of ``KINDS``; a Responses
+  request asks to be stored (``store: true``) one time in ``STORE_EVERY``, so the store's
+  path runs without every request writing to disk;
 - at most one **fault** the simulator injects (a ``[[sim:...]]`` directive in the prompt,
   see ``simulator/faults.py``): a 500, a hang, a stall, a slow drip, an ``error`` event or a
   cut in mid-stream; and on a schedule, once per period, a 429 with ``retry-after`` or a 529
@@ -42,6 +44,7 @@ __all__ = [
     "HELD_CALL_MS",
     "KINDS",
     "LEAVES",
+    "STORE_EVERY",
     "Arrival",
     "Leave",
     "Mix",
@@ -60,15 +63,21 @@ BURST_QUIET_S: Final = (1.5, 4.0)
 
 Stage: TypeAlias = Literal["before_body", "reset_mid_body", "in_flight", "mid_stream"]
 
-# name -> (share of requests, door, stream, tools)
+# name -> (share of requests, door, stream, tools). Streams are 42.5% of the whole, as they
+# were with two doors, so the stream-only faults and leaves weigh the same.
 KINDS: Final[dict[str, tuple[float, Api, bool, bool]]] = {
-    "chat": (0.30, "openai", False, False),
-    "chat-stream": (0.20, "openai", True, False),
-    "chat-tools": (0.075, "openai", False, True),
-    "chat-tools-stream": (0.075, "openai", True, True),
-    "messages": (0.20, "anthropic", False, False),
-    "messages-stream": (0.15, "anthropic", True, False),
+    "chat": (0.20, "openai", False, False),
+    "chat-stream": (0.15, "openai", True, False),
+    "chat-tools": (0.05, "openai", False, True),
+    "chat-tools-stream": (0.05, "openai", True, True),
+    "responses": (0.10, "responses", False, False),
+    "responses-stream": (0.075, "responses", True, False),
+    "responses-tools": (0.05, "responses", False, True),
+    "responses-tools-stream": (0.025, "responses", True, True),
+    "messages": (0.175, "anthropic", False, False),
+    "messages-stream": (0.125, "anthropic", True, False),
 }
+STORE_EVERY: Final = 5  # one Responses request in this many is sent with store: true
 
 # name -> (share of requests, directive, streams only, may answer 5xx). Drawn per request,
 # at most one fault or one leave each; a stream-only draw on a non-stream request is none.
@@ -92,20 +101,17 @@ LEAVES: Final[dict[Stage, tuple[float, bool]]] = {
     "in_flight": (0.010, False),
     "mid_stream": (0.030, True),
 }
-_TOOLS_OPENAI: Final = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+_WEATHER: Final = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+_TOOLS_OPENAI: Final = [{"type": "function", "function": _WEATHER}]
+_TOOLS_RESPONSES: Final = [{"type": "function", **_WEATHER}]  # flat, strict by default
 PROMPT: Final = "Soak request: reply with a few words."
 TOOL_PROMPT: Final = "Soak request: get the weather in Paris."
 
@@ -143,6 +149,7 @@ class Planned:
     leave: Leave | None
     request: bytes
     body_offset: int  # where the body starts in ``request``
+    store: bool = False  # a Responses request sent with ``store: true``
 
 
 @final
@@ -185,6 +192,7 @@ class Mix:
         self._burst_every_s = burst_every_s
         self._rng = random.Random(seed)
         self._index = 0
+        self._responses = 0  # Responses requests planned so far
         self._slots = dict.fromkeys(SCHEDULED, -1)
         self._kinds = list(KINDS)
         self._weights = [share for share, *_ in KINDS.values()]
@@ -212,8 +220,14 @@ class Mix:
         max_tokens = (
             64 if (leave is not None and leave.stage == "mid_stream") or fault else MAX_TOKENS
         )
-        request, offset = self._encode(api, stream, tools, text, max_tokens)
-        return Planned(index, kind, api, stream, arrival.burst, fault, leave, request, offset)
+        store = False
+        if api == "responses":
+            store = self._responses % STORE_EVERY == 0
+            self._responses += 1
+        request, offset = self._encode(api, stream, tools, text, max_tokens, store)
+        return Planned(
+            index, kind, api, stream, arrival.burst, fault, leave, request, offset, store
+        )
 
     def _near_burst(self, at: float) -> bool:
         every = self._burst_every_s
@@ -259,23 +273,24 @@ class Mix:
         return Leave(stage, after_s=rng.uniform(0.0, 0.05))
 
     def _encode(
-        self, api: Api, stream: bool, tools: bool, text: str, max_tokens: int
+        self, api: Api, stream: bool, tools: bool, text: str, max_tokens: int, store: bool
     ) -> tuple[bytes, int]:
         messages = [{"role": "user", "content": text}]
         body: dict[str, object]
+        headers = [("content-type", "application/json")]
         if api == "anthropic":
             body = {"model": MODEL, "max_tokens": max_tokens, "messages": messages}
-            headers = [
-                ("content-type", "application/json"),
-                ("x-api-key", SIM_KEY),
-                ("anthropic-version", "2023-06-01"),
-            ]
+            headers += [("x-api-key", SIM_KEY), ("anthropic-version", "2023-06-01")]
             path = "/v1/messages"
+        elif api == "responses":
+            body = {"model": MODEL, "max_output_tokens": max_tokens, "input": text, "store": store}
+            if tools:
+                body["tools"] = _TOOLS_RESPONSES
+            path = "/v1/responses"
         else:
             body = {"model": MODEL, "max_completion_tokens": max_tokens, "messages": messages}
             if tools:
                 body["tools"] = _TOOLS_OPENAI
-            headers = [("content-type", "application/json")]
             path = "/v1/chat/completions"
         if stream:
             body["stream"] = True

@@ -3,17 +3,21 @@
 ``sample`` reads, once a second, the proxy's RSS (psutil), its ``/metrics`` gauges and
 request count, and the simulator's 529 count; ``count`` the clients' counts. Both run until
 cancelled, beside the load. ``settled_metrics`` and ``settled_tasks`` wait, after the load,
-until the proxy has counted every request and its trio tasks are steady.
+until the proxy has counted every request and its trio tasks are steady;
+``stored_responses`` counts the Responses the proxy has stored in its data directory.
 """
 
 from __future__ import annotations
 
 import importlib
+import sqlite3
 from collections.abc import Mapping
+from contextlib import closing
 from typing import Any, Final
 
 import trio
 
+from ..store import SQLiteResponseStore
 from .load import Tally
 from .processes import ProxyServer, SimServer
 from .soak_client import FreshPool
@@ -28,6 +32,7 @@ __all__ = [
     "sample",
     "settled_metrics",
     "settled_tasks",
+    "stored_responses",
 ]
 
 SETTLE_S: Final = 15.0
@@ -126,3 +131,18 @@ async def settled_tasks(server: ProxyServer, at_most: int | None = None) -> int 
                 return value if isinstance(value, int) else None
             last = value
     return last
+
+
+async def stored_responses(server: ProxyServer) -> int:
+    """How many responses the proxy's store holds (0 before its first write), read from
+    its SQLite file while it runs (WAL: a reader never blocks its writer)."""
+    path = SQLiteResponseStore(server.data_dir).path
+
+    def count() -> int:
+        if not path.exists():
+            return 0
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            (rows,) = db.execute("SELECT count(*) FROM responses").fetchone()
+        return int(rows)
+
+    return await trio.to_thread.run_sync(count)

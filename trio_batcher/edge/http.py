@@ -51,7 +51,15 @@ class Incoming:
 # How long after a stream's deadline its resources are freed even if a write is stuck.
 _EXPIRE_MARGIN_S: Final = 1.0
 _SLASHES: Final = re.compile("/{2,}")
-_API_ROUTES: Final = ("/chat/completions", "/models", "/messages", "/messages/count_tokens")
+_API_ROUTES: Final = (
+    "/chat/completions",
+    "/models",
+    "/messages",
+    "/messages/count_tokens",
+    "/responses",
+)
+# Routes with an id after them, reached without the /v1 as well.
+_API_PREFIXES: Final = ("/models/", "/responses/")
 _API_ROOTS: Final = frozenset({*_API_ROUTES, *(f"/v1{route}" for route in _API_ROUTES)})
 JSON_HEADERS: Final = ((b"content-type", b"application/json"),)
 _SSE_HEADERS: Final = (
@@ -82,7 +90,7 @@ def normalize_path(path: str) -> str:
         path = path[3:]
     if len(path) > 1 and path.endswith("/") and path.rstrip("/") in _API_ROOTS:
         path = path.rstrip("/")
-    if (path in _API_ROOTS and not path.startswith("/v1/")) or path.startswith("/models/"):
+    if (path in _API_ROOTS and not path.startswith("/v1/")) or path.startswith(_API_PREFIXES):
         path = "/v1" + path
     return path
 

@@ -187,20 +187,25 @@ class StreamRelay:
                     code="upstream_stream_truncated",
                 )
             for chunk in encoder.finish():
-                yield chunk
+                if chunk:
+                    yield chunk
             self.status = 200  # everything is out but the terminator: the answer is whole
             if encoder.terminator:
                 yield encoder.terminator
         except _Expired:
             # expire() freed the stream while a write was stuck; once that write got
             # through, the client still learns why the stream ends here.
-            yield encoder.error(deadline_error(self._pipeline.settings))
+            # (An encoder whose stream already ended says so with b"": nothing to write.)
+            if chunk := encoder.error(deadline_error(self._pipeline.settings)):
+                yield chunk
         except _UpstreamFailed as exc:
             self.status = exc.status
-            yield exc.chunk
+            if exc.chunk:
+                yield exc.chunk
         except ProxyError as exc:
             self.status = exc.status
-            yield encoder.error(exc)
+            if chunk := encoder.error(exc):
+                yield chunk
         finally:
             self.close()
 

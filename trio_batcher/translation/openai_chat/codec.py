@@ -7,7 +7,7 @@ and creation time come from the caller, so the same input gives the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 from ...errors import ProxyError
@@ -17,7 +17,7 @@ from .request import TranslatedRequest
 from .response import translate_response
 from .stream import StreamTranslator
 
-__all__ = ["OpenAIChatCodec", "OpenAIChatStream", "name_the_cap"]
+__all__ = ["OpenAIChatCodec", "OpenAIChatStream", "name_the_cap", "openai_headers"]
 
 
 @final
@@ -30,14 +30,7 @@ class OpenAIChatCodec:
         self._created = created
 
     def headers(self, upstream: Mapping[str, str]) -> dict[str, str]:
-        """OpenAI's ``x-ratelimit-*``, the upstream's request id, and what was ignored."""
-        headers = ratelimit_headers(upstream)
-        request_id = upstream.get("request-id")
-        if request_id:
-            headers["x-request-id"] = request_id
-        if self._tr.ignored_params:
-            headers["x-trio-batcher-ignored-params"] = ",".join(self._tr.ignored_params)
-        return headers
+        return openai_headers(upstream, self._tr.ignored_params)
 
     def reply(self, message: dict[str, Any], raw: bytes) -> dict[str, Any]:
         del raw  # translated, not relayed
@@ -84,6 +77,19 @@ class OpenAIChatStream:
 
     def error(self, exc: ProxyError) -> bytes:
         return encode_data(exc.body())
+
+
+def openai_headers(upstream: Mapping[str, str], ignored_params: Sequence[str]) -> dict[str, str]:
+    """What every OpenAI dialect's answer carries: OpenAI's ``x-ratelimit-*`` (from the
+    upstream's), the upstream's request id as ``x-request-id``, and the request's ignored
+    parameters in ``x-trio-batcher-ignored-params``."""
+    headers = ratelimit_headers(upstream)
+    request_id = upstream.get("request-id")
+    if request_id:
+        headers["x-request-id"] = request_id
+    if ignored_params:
+        headers["x-trio-batcher-ignored-params"] = ",".join(ignored_params)
+    return headers
 
 
 def name_the_cap(exc: ProxyError, tr: TranslatedRequest) -> None:

@@ -1,5 +1,5 @@
-"""Cancellation on the native Messages door, live: a client that leaves stops its work in
-every phase, exactly as on the OpenAI door (the same pipeline serves both).
+"""Cancellation on the native Messages and the Responses doors, live: a client that leaves
+stops its work in every phase, exactly as on the Chat door (the same pipeline serves all).
 
 Each test drops the client's connection at one phase and checks, from the simulator's own
 trace, that the upstream call was never made (queued) or was closed at once (in flight,
@@ -9,6 +9,7 @@ mid-stream), and that every gauge is back at rest.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -19,19 +20,41 @@ from support import Sim, proxy_and_simulator
 
 from trio_batcher.simulator import SimulatorConfig
 
-HEADERS = {"anthropic-version": "2023-06-01"}
 # How soon the upstream must see the connection close after the client's; the proxy
 # itself does it within a scheduling turn, the rest is loopback and a loaded machine.
 _CLOSE_BOUND_S = 0.5
 
 
-def _body(text: str, *, stream: bool = False) -> dict[str, Any]:
-    return {
-        "model": "claude-sonnet-4-5",
-        "max_tokens": 4096,
-        "messages": [{"role": "user", "content": text}],
-        "stream": stream,
-    }
+@dataclass(frozen=True)
+class Door:
+    path: str
+    surface: str
+    content_event: str  # the SSE event line of a content delta
+    headers: dict[str, str]
+    messages: bool  # Anthropic Messages body, else Responses
+
+    def body(self, text: str, *, stream: bool = False) -> dict[str, Any]:
+        if self.messages:
+            return {
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 4096,
+                "messages": [{"role": "user", "content": text}],
+                "stream": stream,
+            }
+        return {"model": "claude-sonnet-4-5", "input": text, "stream": stream}
+
+
+MESSAGES = Door(
+    "/v1/messages",
+    "anthropic.messages",
+    "event: content_block_delta",
+    {"anthropic-version": "2023-06-01"},
+    messages=True,
+)
+RESPONSES = Door(
+    "/v1/responses", "openai.responses", "event: response.output_text.delta", {}, messages=False
+)
+DOORS = [pytest.param(MESSAGES, id="messages"), pytest.param(RESPONSES, id="responses")]
 
 
 def _http() -> httpx2.AsyncClient:
@@ -67,7 +90,9 @@ async def _tasks(http: httpx2.AsyncClient, url: str) -> int:
     return count
 
 
-async def _leave(http: httpx2.AsyncClient, url: str, body: dict[str, Any], when: Any) -> float:
+async def _leave(
+    http: httpx2.AsyncClient, url: str, door: Door, body: dict[str, Any], when: Any
+) -> float:
     """Send ``body``; drop the connection once ``await when(events_seen)`` returns."""
     seen = trio.Event()
     with trio.CancelScope() as scope:
@@ -75,10 +100,10 @@ async def _leave(http: httpx2.AsyncClient, url: str, body: dict[str, Any], when:
 
             async def send() -> None:
                 async with http.stream(
-                    "POST", f"{url}/v1/messages", json=body, headers=HEADERS
+                    "POST", f"{url}{door.path}", json=body, headers=door.headers
                 ) as response:
                     async for line in response.aiter_lines():
-                        if line.startswith("event: content_block_delta"):
+                        if line.startswith(door.content_event):
                             seen.set()
 
             nursery.start_soon(send)
@@ -87,22 +112,27 @@ async def _leave(http: httpx2.AsyncClient, url: str, body: dict[str, Any], when:
     return time.monotonic()
 
 
+@pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_client_leaving_while_in_flight_closes_the_upstream_call(stream: bool) -> None:
+async def test_a_client_leaving_while_in_flight_closes_the_upstream_call(
+    door: Door, stream: bool
+) -> None:
     async with proxy_and_simulator(metrics_enabled=True) as (url, sim), _http() as http:
 
         async def in_flight(_: trio.Event) -> None:
             await _wait_for(sim, lambda s: s["in_flight"] == 1)
 
-        left = await _leave(http, url, _body("[[sim:hang=1]]", stream=stream), in_flight)
+        body = door.body("[[sim:hang=1]]", stream=stream)
+        left = await _leave(http, url, door, body, in_flight)
         stats = await _wait_for(sim, lambda s: s["abandoned"] == 1)
         assert stats["recent"][-1]["finished_at"] - left < _CLOSE_BOUND_S
         metrics = await _assert_idle(http, url)
-    surface = metrics["by_surface"]["anthropic.messages"]
+    surface = metrics["by_surface"][door.surface]
     assert surface["requests"]["by_status"] == {"499": 1}
 
 
-async def test_a_client_leaving_mid_stream_closes_the_upstream_stream() -> None:
+@pytest.mark.parametrize("door", DOORS)
+async def test_a_client_leaving_mid_stream_closes_the_upstream_stream(door: Door) -> None:
     config = SimulatorConfig(ttft_ms=0, tokens_per_s=20, reply_tokens=400)
     async with proxy_and_simulator(config, metrics_enabled=True) as (url, sim), _http() as http:
 
@@ -110,13 +140,13 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_stream() -> None:
             with trio.fail_after(5):
                 await seen.wait()
 
-        left = await _leave(http, url, _body("a long story", stream=True), content)
+        left = await _leave(http, url, door, door.body("a long story", stream=True), content)
         stats = await _wait_for(sim, lambda s: s["abandoned"] == 1)
         trace = stats["recent"][-1]
         assert trace["first_token_at"] is not None
         assert trace["finished_at"] - left < _CLOSE_BOUND_S
         metrics = await _assert_idle(http, url)
-    surface = metrics["by_surface"]["anthropic.messages"]
+    surface = metrics["by_surface"][door.surface]
     assert surface["requests"]["by_status"] == {"499": 1}
     assert surface["tokens"]["output"] >= 1  # the deltas it did relay were spent
 
@@ -128,8 +158,9 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_stream() -> None:
         pytest.param({"batch_enabled": True, "batch_max_wait_ms": 60_000}, id="open-window"),
     ],
 )
+@pytest.mark.parametrize("door", DOORS)
 async def test_a_client_leaving_while_queued_never_reaches_the_upstream(
-    changes: dict[str, Any],
+    door: Door, changes: dict[str, Any]
 ) -> None:
     async with (
         proxy_and_simulator(metrics_enabled=True, **changes) as (url, sim),
@@ -141,9 +172,9 @@ async def test_a_client_leaving_while_queued_never_reaches_the_upstream(
                 nursery.start_soon(
                     partial(
                         http.post,
-                        f"{url}/v1/messages",
-                        json=_body("[[sim:hang=1]]"),
-                        headers=HEADERS,
+                        f"{url}{door.path}",
+                        json=door.body("[[sim:hang=1]]"),
+                        headers=door.headers,
                     )
                 )
                 await _wait_for(sim, lambda s: s["in_flight"] == 1)
@@ -158,17 +189,18 @@ async def test_a_client_leaving_while_queued_never_reaches_the_upstream(
                             return
                         await trio.sleep(0.005)
 
-            await _leave(http, url, _body("abandon me", stream=True), queued)
+            await _leave(http, url, door, door.body("abandon me", stream=True), queued)
             nursery.cancel_scope.cancel()
         metrics = await _assert_idle(http, url)
         stats = await sim.stats()
     assert stats["requests_total"] == (1 if gated else 0)
     assert all("abandon me" not in str(trace) for trace in stats["recent"])
-    by_status = metrics["by_surface"]["anthropic.messages"]["requests"]["by_status"]
+    by_status = metrics["by_surface"][door.surface]["requests"]["by_status"]
     assert by_status == {"499": 2 if gated else 1}
 
 
-async def test_gauges_return_to_idle_after_a_mix_on_the_messages_door() -> None:
+@pytest.mark.parametrize("door", DOORS)
+async def test_gauges_return_to_idle_after_a_mix_on_the_door(door: Door) -> None:
     config = SimulatorConfig(ttft_ms=30, tokens_per_s=200, reply_tokens=10)
     changes = {
         "batch_enabled": True,
@@ -184,22 +216,22 @@ async def test_gauges_return_to_idle_after_a_mix_on_the_messages_door() -> None:
         # the simulator's side of this process: open them before taking the baseline.
         async with trio.open_nursery() as nursery:
             for i in range(3):
-                warm = partial(http.post, f"{url}/v1/messages", json=_body(f"warm {i}"))
-                nursery.start_soon(partial(warm, headers=HEADERS))
+                warm = partial(http.post, f"{url}{door.path}", json=door.body(f"warm {i}"))
+                nursery.start_soon(partial(warm, headers=door.headers))
         baseline = await _tasks(http, url)
         answered: list[int] = []
 
         async def one(i: int) -> None:
             text = texts[i % len(texts)]
-            body: Any = _body(f"{text} {i}", stream=i % 2 == 0)
+            body: Any = door.body(f"{text} {i}", stream=i % 2 == 0)
             content = b"{bad" if text == "{bad" else None
             with trio.move_on_after(0.3 if i % 7 == 0 else 10):  # some clients leave
                 async with http.stream(
                     "POST",
-                    f"{url}/v1/messages",
+                    f"{url}{door.path}",
                     json=None if content else body,
                     content=content,
-                    headers=HEADERS,
+                    headers=door.headers,
                 ) as response:
                     answered.append(response.status_code)
                     async for _ in response.aiter_raw():
@@ -216,7 +248,7 @@ async def test_gauges_return_to_idle_after_a_mix_on_the_messages_door() -> None:
         with trio.fail_after(10):
             while await _tasks(http, url) > baseline:  # noqa: ASYNC110 (another process state)
                 await trio.sleep(0.05)
-    surface = metrics["by_surface"]["anthropic.messages"]["requests"]
+    surface = metrics["by_surface"][door.surface]["requests"]
     counted = surface["total"] - 3 + metrics["rejected"]["total"]  # less the warm-up
     assert len(answered) <= counted <= 30, (answered, surface, metrics["rejected"])
     assert 400 in answered  # the bad bodies, refused before admission whatever the load
