@@ -24,6 +24,7 @@ from .bench import add_bench_parser, run_bench
 from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
+from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
 
 _PROG: Final = "trio-batcher"
 _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
@@ -130,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a non-loopback --host without PROXY_API_KEYS",
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help=(
+            "worker processes sharing the port, supervised and restarted (default 1); each "
+            "gets BATCH_MAX_CONCURRENCY // N, see docs/configuration.md"
+        ),
+    )
+    # A worker of `serve --workers`: serve on the supervisor's socket, drain when stdin closes.
+    serve.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _add_setting_flags(serve)
     _add_simulator_flags(serve, "sim_")
@@ -147,12 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {
+def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings given as flags, by environment name, as the strings they were given."""
+    return {
         spec.env: value
         for spec in SPECS
         if (value := getattr(args, f"setting_{spec.env}", None)) is not None
     }
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    overrides = _flag_settings(args)
     try:
         return Settings.from_env(overrides=overrides)
     except SettingsError as exc:
@@ -161,9 +179,10 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         _fail(f"{where}: {exc.problem}")
 
 
-def _configure_logging(level: str) -> None:
+def _configure_logging(level: str, *, with_pid: bool = False) -> None:
+    pid = "[%(process)d]" if with_pid else ""  # several workers share one log
     logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=level.upper(), format=f"%(asctime)s %(levelname)s %(name)s{pid}: %(message)s"
     )
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -203,21 +222,29 @@ async def _exit_if_stuck(stop: trio.Event, budget_s: float) -> None:
     _exit_now("connections still open after the shutdown grace period; exiting anyway", 0)
 
 
+async def _start_simulator(
+    args: argparse.Namespace, nursery: trio.Nursery, stop: trio.Event
+) -> str:
+    """Start ``--simulate``'s upstream in ``nursery`` until ``stop``; its base URL."""
+    config = _simulator_config(args, "sim_", ttft_ms=150.0, tokens_per_s=120.0, jitter=0.1)
+    host, port = await nursery.start(partial(run_simulator, config, "127.0.0.1", 0, shutdown=stop))
+    return f"http://{host}:{port}"
+
+
 async def _serve(args: argparse.Namespace, settings: Settings) -> None:
     raise_open_file_limit()
     stop = trio.Event()
+    worker_fd: int | None = args.worker_fd
     async with trio.open_nursery() as nursery:
         await nursery.start(_stop_on_signals, stop)
+        if worker_fd is not None:
+            await nursery.start(drain_when_supervisor_leaves, stop)
         budget = settings.shutdown_grace_s + _CLOSE_TIMEOUT_S + _EXIT_MARGIN_S
         nursery.start_soon(_exit_if_stuck, stop, budget)
         upstream = settings.anthropic_base_url
         sim_stop = trio.Event()
         if args.simulate:
-            config = _simulator_config(args, "sim_", ttft_ms=150.0, tokens_per_s=120.0, jitter=0.1)
-            sim_host, sim_port = await nursery.start(
-                partial(run_simulator, config, "127.0.0.1", 0, shutdown=sim_stop)
-            )
-            upstream = f"http://{sim_host}:{sim_port}"
+            upstream = await _start_simulator(args, nursery, sim_stop)
             settings = settings.replace(anthropic_base_url=upstream, anthropic_api_key=_SIM_KEY)
             upstream += " (simulated)"
         app = create_app(settings)
@@ -232,18 +259,58 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
                     graceful_timeout=_CLOSE_TIMEOUT_S,
                     keep_alive_timeout=settings.keepalive_timeout_s,
                     access_log=args.access_log,
+                    fd=worker_fd,
                 )
             )
             tune_gc_for_serving()
-            shown = f"[{host}]" if ":" in host else host
+            who = "serving" if worker_fd is None else f"worker {os.getpid()} serving"
             print(
-                f"{_PROG}: serving OpenAI-compatible API on http://{shown}:{port}/v1 -> {upstream}",
+                f"{_PROG}: {who} OpenAI-compatible API on {_url(host, port)}/v1 -> {upstream}",
                 file=sys.stderr,
                 flush=True,
             )
         # The server has drained and run its lifespan shutdown: stop the simulator and signals.
         sim_stop.set()
         nursery.cancel_scope.cancel()
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
+    """``serve --workers N`` (N > 1): the supervisor process (``workers``); its exit code."""
+    overrides = _flag_settings(args)
+    async with trio.open_nursery() as nursery:
+        upstream = settings.anthropic_base_url
+        sim_stop = trio.Event()
+        if args.simulate:
+            # One simulator for every worker, in this process: it outlives their drain.
+            upstream = await _start_simulator(args, nursery, sim_stop)
+            overrides.update(ANTHROPIC_BASE_URL=upstream, ANTHROPIC_API_KEY=_SIM_KEY)
+            upstream += " (simulated)"
+        plan = serve_plan(
+            args.workers,
+            cap=settings.batch_max_concurrency,
+            overrides=overrides,
+            stop_budget_s=settings.shutdown_grace_s + _CLOSE_TIMEOUT_S + _EXIT_MARGIN_S,
+            log_level=args.log_level,
+            access_log=args.access_log,
+        )
+        supervisor = Supervisor(plan)
+        async with trio.open_nursery() as workers:
+            host, port = await workers.start(supervisor.run, args.host, args.port)
+            print(
+                f"{_PROG}: serving OpenAI-compatible API on {_url(host, port)}/v1 -> {upstream} "
+                f"with {plan.count} workers (BATCH_MAX_CONCURRENCY {plan.share} each)",
+                file=sys.stderr,
+                flush=True,
+            )
+        sim_stop.set()
+    if not supervisor.clean:
+        print(f"{_PROG}: a worker did not drain cleanly (see above)", file=sys.stderr)
+        return 1
+    return 0
 
 
 async def _simulate(args: argparse.Namespace) -> None:
@@ -266,9 +333,13 @@ async def _simulate(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.log_level)
+    serving_workers = args.command == "serve" and (args.workers != 1 or args.worker_fd is not None)
+    _configure_logging(args.log_level, with_pid=serving_workers)
     try:
-        if args.command == "serve":
+        if args.command == "serve" and args.worker_fd is not None:
+            # The supervisor has checked the command line; the settings come from its env.
+            trio.run(_serve, args, _settings_from(args))
+        elif args.command == "serve":
             settings = _settings_from(args)
             if not args.simulate and not settings.anthropic_api_key:
                 _fail(
@@ -286,7 +357,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
             if not 0 <= args.port <= 65535:
                 _fail(f"--port must be between 0 and 65535, got {args.port}")
-            trio.run(_serve, args, settings)
+            if args.workers < 1:
+                _fail(f"--workers must be at least 1, got {args.workers}")
+            if args.workers > 1 and os.name != "posix":
+                _fail("--workers needs a POSIX system (the socket is passed to each worker)")
+            if args.workers == 1:
+                trio.run(_serve, args, settings)
+            else:
+                raise SystemExit(trio.run(_supervise, args, settings))
         elif args.command == "simulate":
             trio.run(_simulate, args)
         elif args.command == "bench":

@@ -34,9 +34,15 @@ def hypercorn_config(
     graceful_timeout: float = 30.0,
     keep_alive_timeout: float = 5.0,
     access_log: bool = False,
+    fd: int | None = None,
 ) -> Config:
     config = Config()
-    config.bind = [f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"]
+    if fd is not None:
+        # A listening socket inherited from a supervisor (``serve --workers``): hypercorn
+        # adopts it as it is, and ``host``/``port`` are not used.
+        config.bind = [f"fd://{fd}"]
+    else:
+        config.bind = [f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"]
     config.graceful_timeout = graceful_timeout
     # Short: hypercorn 0.18 holds a connection its client closed before sending anything
     # for the whole keep-alive timeout, so a long one lets bare connects use up file
@@ -147,6 +153,7 @@ async def serve_app(
     graceful_timeout: float = 30.0,
     keep_alive_timeout: float = 5.0,
     access_log: bool = False,
+    fd: int | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until ``shutdown`` is set (or the caller's scope is cancelled).
@@ -154,7 +161,8 @@ async def serve_app(
     Reports the first bound ``(host, port)`` through ``task_status``. If the app has an
     async ``drain()`` method (the proxy does), it runs when ``shutdown`` is set, while
     hypercorn is still accepting; hypercorn's graceful shutdown (``graceful_timeout``)
-    starts after it returns.
+    starts after it returns. With ``fd``, serve on that already-listening socket (inherited
+    from ``serve --workers``' supervisor) instead of binding ``host:port``.
     """
     drain = getattr(app, "drain", None)
     config = hypercorn_config(
@@ -163,6 +171,7 @@ async def serve_app(
         graceful_timeout=graceful_timeout,
         keep_alive_timeout=keep_alive_timeout,
         access_log=access_log,
+        fd=fd,
     )
 
     async def trigger() -> None:
