@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from ..errors import ProxyError
 from ._statistics import DispatchStatistics
 from ._tickets import (
     Job,
@@ -60,6 +61,7 @@ from ._tickets import (
     shutdown_error,
     window_timeout_error,
 )
+from .shared_slots import SharedSlots
 
 T = TypeVar("T")
 
@@ -71,8 +73,13 @@ class _DispatcherBase:
     simply leave (``_withdraw``), and what closing flushes (``_on_close``).
     """
 
-    def __init__(self, limiter: trio.CapacityLimiter | None) -> None:
+    def __init__(
+        self, limiter: trio.CapacityLimiter | None, shared: SharedSlots | None = None
+    ) -> None:
         self._limiter = limiter
+        # Slots shared with other instances (Redis), taken after the local token and in the
+        # same order; only with a limiter (the cap is the limiter's).
+        self._shared = shared if limiter is not None else None
         self._nursery: trio.Nursery | None = None
         self._started = False
         self._closed = False
@@ -294,26 +301,49 @@ class _DispatcherBase:
             while self._turns[0] is not group:
                 await self._turn_lot.park()
             for ticket in tickets:
-                if ticket.done:
+                if ticket.done or not await self._take_token(limiter, ticket):
                     ticket._set_phase("finished")
                     continue
-                try:
-                    limiter.acquire_on_behalf_of_nowait(ticket)
-                except trio.WouldBlock:
-                    granted = False
-                    with ticket._wait_scope:  # cancel() interrupts this wait, and only this
-                        await limiter.acquire_on_behalf_of(ticket)
-                        granted = True
-                    if granted and ticket.done:
-                        limiter.release_on_behalf_of(ticket)  # handed over as cancel() ran
-                        granted = False
-                    if not granted:
-                        ticket._set_phase("finished")
-                        continue
                 ticket._job_started = True
                 nursery.start_soon(self._run_job, ticket, deadline)
         finally:
             self._leave_turn(group)
+
+    async def _take_token(self, limiter: trio.CapacityLimiter, ticket: Ticket[Any]) -> bool:
+        """The ticket's local token, then its shared slot if there are shared ones; False
+        (holding neither) if the ticket was cancelled meanwhile or the shared slot refused
+        (the ticket then has that error as its outcome)."""
+        local = False
+        try:
+            limiter.acquire_on_behalf_of_nowait(ticket)
+            local = True
+        except trio.WouldBlock:
+            pass
+        shared = self._shared
+        if local and shared is None:
+            return True  # the usual path: nothing to wait for
+        holder = shared.new_holder() if shared is not None else None
+        granted = False
+        try:
+            with ticket._wait_scope:  # cancel() interrupts this wait, and only this
+                if not local:
+                    await limiter.acquire_on_behalf_of(ticket)
+                    local = True
+                if shared is not None and holder is not None:
+                    await shared.acquire(holder)
+                granted = True
+        except ProxyError as exc:  # no shared slot to be had (Redis down, fail-closed)
+            ticket._resolve_error(exc, "failed")
+        if granted and not ticket.done:
+            ticket._shared_holder = holder
+            return True
+        # Cancelled while waiting, or handed over as cancel() ran: give back what we took.
+        if local:
+            limiter.release_on_behalf_of(ticket)
+        if shared is not None and holder is not None:
+            with trio.CancelScope(shield=True):
+                await shared.release(holder)  # idempotent: also for a half-done acquire
+        return False
 
     def _leave_turn(self, group: object) -> None:
         if group in self._turns:
@@ -340,6 +370,11 @@ class _DispatcherBase:
             with ticket._scope:
                 await self._call_job(ticket)
         finally:
+            # The shared slot first: another instance may be waiting for it.
+            holder, ticket._shared_holder = ticket._shared_holder, None
+            if holder is not None and self._shared is not None:
+                with trio.CancelScope(shield=True):
+                    await self._shared.release(holder)
             if self._limiter is not None:
                 self._limiter.release_on_behalf_of(ticket)
             self._abandon(ticket, deadline)

@@ -70,6 +70,8 @@ class Ticket(Generic[T]):
         # Entered by the group's task while it waits for this ticket's token.
         self._wait_scope = trio.CancelScope()
         self._job_started = False
+        # The shared (cross-instance) slot this ticket's job holds, if any.
+        self._shared_holder: str | None = None
         self._resolved = trio.Event()
         self._value: T
         self._error: Exception | None = None

@@ -29,6 +29,7 @@ from ._tickets import TicketState as TicketState
 from ._tickets import cancelled_error as cancelled_error
 from ._tickets import shutdown_error as shutdown_error
 from ._tickets import window_timeout_error as window_timeout_error
+from .shared_slots import SharedSlots
 
 __all__ = [
     "DirectDispatcher",
@@ -78,8 +79,10 @@ class DirectDispatcher(_DispatcherBase):
         submission order as tokens free up); by default none, and a job starts immediately.
     """
 
-    def __init__(self, *, limiter: trio.CapacityLimiter | None = None) -> None:
-        super().__init__(limiter)
+    def __init__(
+        self, *, limiter: trio.CapacityLimiter | None = None, shared: SharedSlots | None = None
+    ) -> None:
+        super().__init__(limiter, shared)
 
     def _runs_inline(self) -> bool:
         return self._limiter is None

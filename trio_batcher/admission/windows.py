@@ -46,6 +46,7 @@ from typing import Any, Literal, TypeAlias, final
 import trio
 
 from .dispatch import Ticket, _DispatcherBase
+from .shared_slots import SharedSlots
 
 __all__ = ["Batcher", "FlushReason"]
 
@@ -87,6 +88,7 @@ class Batcher(_DispatcherBase):
         window_timeout: float,
         limiter: trio.CapacityLimiter | None = None,
         on_flush: Callable[[int, FlushReason], None] | None = None,
+        shared: SharedSlots | None = None,
     ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, not {max_size}")
@@ -103,7 +105,7 @@ class Batcher(_DispatcherBase):
                 f"limiter.total_tokens ({limiter.total_tokens}) "
                 f"!= max_concurrency ({max_concurrency})"
             )
-        super().__init__(limiter)
+        super().__init__(limiter, shared)
         self._max_size = max_size
         self._max_wait = max_wait
         self._window_timeout = window_timeout
