@@ -960,3 +960,33 @@ async def test_an_attempt_cut_off_by_the_deadline_counts_as_a_timeout(
     stats = ctx.statistics()
     assert stats.failures_by_signal["timeout"] == 1
     assert stats.attempts == 2
+
+
+# -- cooldowns shared with other instances -----------------------------------------------
+
+
+async def test_every_cooldown_opened_here_is_told_to_the_shared_state(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    told: list[tuple[str | None, float, str]] = []
+    ctx = Resilience(ResilienceConfig(max_retries=0), rng=_no_jitter)
+    ctx.on_cooldown = lambda scope, seconds, reason: told.append((scope, seconds, reason))
+    for error, model in ((partial(overloaded, 2.0), "m1"), (partial(rate_limited, 3.0), "m2")):
+        upstream = FakeUpstream([Step(error=error)])
+        with pytest.raises(ProxyError):
+            await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model=model)
+    assert told == [(None, 2.0, "overloaded"), ("m2", 3.0, "rate_limited")]
+
+
+async def test_a_cooldown_adopted_from_another_instance_holds_calls_and_is_not_told_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    told: list[object] = []
+    ctx = Resilience(rng=_no_jitter)
+    ctx.on_cooldown = lambda *args: told.append(args)
+    ctx.adopt_cooldown("m1", 2.0, "rate_limited")
+    upstream = FakeUpstream()
+    await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model="m1")
+    await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model="m2")
+    assert upstream.starts == [2.0, 2.0]  # m1 waited out the adopted hold; m2 was not held
+    assert told == []

@@ -119,6 +119,9 @@ class Resilience:
         self._waiting = 0
         self._ratelimit_holds = 0
         self._failures: dict[str, int] = dict.fromkeys(get_args(Signal), 0)
+        # Told of every cooldown this process opens (scope: a model, or None for all; its
+        # length in seconds; why), so that shared state can hold the other instances too.
+        self.on_cooldown: Callable[[str | None, float, CooldownReason], None] | None = None
 
     def shed_error(self, deadline: float, model: str | None = None) -> ProxyError | None:
         """The error to answer at once if a cooldown holding calls to ``model`` (the shared
@@ -169,9 +172,22 @@ class Resilience:
         hold = ratelimit_hold(headers, self._wall_clock(), units)
         if hold is None or hold <= 0:
             return
-        until = trio.current_time() + min(hold, self.config.max_wait_s)
-        if self._cooldown_for(model, "rate_limited").open_until(until, "rate_limited"):
+        if self._open_cooldown(model, "rate_limited", min(hold, self.config.max_wait_s)):
             self._ratelimit_holds += 1
+
+    def adopt_cooldown(self, scope: str | None, seconds: float, reason: CooldownReason) -> None:
+        """A cooldown another instance opened (shared state): hold this process's calls
+        too, without telling the others again."""
+        if self.cooldown.enabled and seconds > 0:
+            wait = min(seconds, self.config.max_wait_s)
+            self._cooldown_for(scope, reason).open_until(trio.current_time() + wait, reason)
+
+    def _open_cooldown(self, model: str | None, reason: CooldownReason, seconds: float) -> bool:
+        opened = self._cooldown_for(model, reason).open_until(trio.current_time() + seconds, reason)
+        if opened and self.on_cooldown is not None:
+            scope = None if model is None or reason == "overloaded" else model
+            self.on_cooldown(scope, seconds, reason)
+        return opened
 
     def _cooldown_for(self, model: str | None, reason: CooldownReason) -> Cooldown:
         """The cooldown a failure with ``reason`` on a call to ``model`` opens."""
@@ -262,8 +278,7 @@ class Resilience:
         self._failures[failure.signal] += 1
         if failure.retry_after is not None and failure.signal in ("rate_limited", "overloaded"):
             wait = min(failure.retry_after, self.config.max_wait_s)
-            cooldown = self._cooldown_for(model, failure.signal)
-            cooldown.open_until(trio.current_time() + wait, failure.signal)
+            self._open_cooldown(model, failure.signal, wait)
         self.observe_headers(exc.headers, model)
         if self.adaptive is not None:
             if failure.signal in OVERLOAD:
