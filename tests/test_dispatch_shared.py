@@ -34,7 +34,7 @@ class FakeShared:
     def new_holder(self) -> str:
         return f"h{next(self._ids)}"
 
-    async def acquire(self, holder: str) -> None:
+    async def acquire(self, holder: str, scope: str | None = None) -> None:
         if self.refuse:
             raise ProxyError(503, "no shared slots", code="shared_state_unavailable")
         self.order.append(holder)

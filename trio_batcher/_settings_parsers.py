@@ -90,6 +90,41 @@ def base_url(raw: str) -> str:
     return value
 
 
+def redis_url(raw: str) -> str | None:
+    """``redis://`` or ``rediss://`` (TLS) or ``unix://``; it may hold a password, so the
+    value is never put in the error."""
+    value = raw.strip()
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 -- raises ValueError on a bad port
+    except ValueError:
+        raise ValueError("not a valid URL (value not shown)") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected redis://host:port/db, rediss://... or unix://... (not shown)")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("a redis:// URL needs a host (value not shown)")
+    return value
+
+
+def key_prefix(raw: str) -> str:
+    value = raw.strip()
+    if not value or not value.isascii() or not value.isprintable() or " " in value:
+        raise ValueError(f"must be printable ASCII without spaces, got {raw!r}")
+    return value
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
 def anthropic_version(raw: str) -> str:
     value = raw.strip()
     if value not in ANTHROPIC_VERSIONS:

@@ -243,6 +243,46 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "previous_response_id; expired ones are purged.",
     ),
     SettingSpec(
+        "REDIS_URL",
+        "redis_url",
+        parsers.redis_url,
+        None,
+        "Shared state for several instances (redis://host:6379/0): with BATCH_ENABLED, the "
+        "upstream cap and cooldowns become global; unset = per process. Never logged.",
+        secret=True,
+    ),
+    SettingSpec(
+        "REDIS_KEY_PREFIX",
+        "redis_key_prefix",
+        parsers.key_prefix,
+        "trio-batcher:",
+        "Prefix of every Redis key, so several clusters can share one Redis.",
+    ),
+    SettingSpec(
+        "REDIS_LEASE_TTL_S",
+        "redis_lease_ttl_s",
+        parsers.number(0.5),
+        5.0,
+        "How long an upstream slot of a process that died stays taken (leases are renewed "
+        "every third of it while a call runs).",
+    ),
+    SettingSpec(
+        "REDIS_TIMEOUT_S",
+        "redis_timeout_s",
+        parsers.number(0.01),
+        0.5,
+        "Deadline of every Redis command; past it the instance falls back (REDIS_FAILURE).",
+    ),
+    SettingSpec(
+        "REDIS_FAILURE",
+        "redis_failure",
+        parsers.one_of("share", "closed"),
+        "share",
+        "When Redis is down: 'share' = each instance takes its share of the cap (cap / "
+        "instances last seen alive) and local cooldowns; 'closed' = no upstream call until "
+        "Redis answers (503).",
+    ),
+    SettingSpec(
         "PROXY_API_KEYS",
         "proxy_api_keys",
         parsers.header_secrets,

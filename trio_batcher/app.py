@@ -139,6 +139,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     async def _startup() -> None:
         rt = Runtime(settings)
         rt.gc_pauses.install()
+        if rt.shared is not None:  # connected before the first job asks for a slot
+            await app.nursery.start(rt.shared.run)
         await app.nursery.start(rt.dispatcher.run)
         app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
         app.nursery.start_soon(purge_expired_periodically, responses)
@@ -305,6 +307,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         assert rt.metrics is not None
         snapshot = rt.metrics.snapshot(rt.gauges())
         snapshot["upstream"] = rt.upstream_statistics()
+        snapshot["cluster"] = rt.cluster_statistics()
         return json_response(snapshot, headers={"Cache-Control": "no-store"})
 
     @app.get("/metrics/prometheus")

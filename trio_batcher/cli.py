@@ -296,6 +296,7 @@ async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
             stop_budget_s=settings.shutdown_grace_s + _CLOSE_TIMEOUT_S + _EXIT_MARGIN_S,
             log_level=args.log_level,
             access_log=args.access_log,
+            shared_cap=settings.redis_url is not None and settings.batch_enabled,
         )
         supervisor = Supervisor(plan)
         async with trio.open_nursery() as workers:

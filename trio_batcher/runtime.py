@@ -16,6 +16,7 @@ import trio
 from .admission.dispatch import DirectDispatcher, Dispatcher
 from .admission.gate import AdmissionGate
 from .admission.windows import Batcher
+from .cluster.shared_state import SharedState
 from .edge.models import ModelCatalogue, find_model
 from .observatory.gc_pauses import GcPauses
 from .observatory.metrics import Gauges, MetricsRegistry
@@ -52,21 +53,10 @@ class Runtime:
                 pricing=load_pricing(settings.pricing_file),
                 known_model=lambda name: find_model(name, default_model) is not None,
             )
-        self.dispatcher: Dispatcher
         limiter: trio.CapacityLimiter | None = None
         if settings.batch_enabled:
             # One limiter, shared by every window and retuned by the adaptive controller.
             limiter = trio.CapacityLimiter(settings.batch_max_concurrency)
-            self.dispatcher = Batcher(
-                max_size=settings.batch_max_size,
-                max_wait=settings.batch_max_wait_s,
-                max_concurrency=settings.batch_max_concurrency,
-                window_timeout=settings.batch_timeout_s,
-                limiter=limiter,
-                on_flush=self.metrics.record_window if self.metrics is not None else None,
-            )
-        else:
-            self.dispatcher = DirectDispatcher()
         self.resilience = Resilience(
             ResilienceConfig(
                 max_retries=settings.upstream_max_retries,
@@ -77,6 +67,24 @@ class Runtime:
             ),
             limiter=limiter,
         )
+        # With REDIS_URL, the cap (the windows' limiter) is global: every instance's jobs
+        # take a lease of it, and cooldowns reach every instance. It needs the cap.
+        self.shared: SharedState | None = None
+        if settings.redis_url is not None and limiter is not None:
+            self.shared = SharedState(settings, self.resilience, settings.batch_max_concurrency)
+        self.dispatcher: Dispatcher
+        if limiter is not None:
+            self.dispatcher = Batcher(
+                max_size=settings.batch_max_size,
+                max_wait=settings.batch_max_wait_s,
+                max_concurrency=settings.batch_max_concurrency,
+                window_timeout=settings.batch_timeout_s,
+                limiter=limiter,
+                on_flush=self.metrics.record_window if self.metrics is not None else None,
+                shared=self.shared,
+            )
+        else:
+            self.dispatcher = DirectDispatcher()
         self.pipeline = Pipeline(
             settings=settings,
             upstream=self.upstream,
@@ -110,6 +118,10 @@ class Runtime:
             "adaptive_limit": stats.current_limit,
             "failures_by_signal": dict(stats.failures_by_signal),
         }
+
+    def cluster_statistics(self) -> dict[str, Any] | None:
+        """The ``cluster`` block of ``GET /metrics``: ``None`` without ``REDIS_URL``."""
+        return self.shared.statistics() if self.shared is not None else None
 
     def gauges(self) -> Gauges:
         gate = self.gate.statistics()

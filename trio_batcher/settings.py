@@ -71,6 +71,11 @@ class Settings:
     heap_trim_interval_s: float = 30.0
     data_dir: str | None = None
     responses_retention_days: float = 30.0
+    redis_url: str | None = dataclasses.field(default=None, repr=False)
+    redis_key_prefix: str = "trio-batcher:"
+    redis_lease_ttl_s: float = 5.0
+    redis_timeout_s: float = 0.5
+    redis_failure: str = "share"
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB

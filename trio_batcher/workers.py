@@ -180,6 +180,7 @@ def serve_plan(
     stop_budget_s: float,
     log_level: str,
     access_log: bool,
+    shared_cap: bool = False,
 ) -> WorkerPlan:
     """The plan for ``serve --workers count``: workers running ``serve`` with the parent's
     environment, ``overrides`` and ``cap``'s share (``worker_share``), killed
@@ -187,8 +188,9 @@ def serve_plan(
 
     Logs a warning when the shares add up to more than ``cap`` (fewer slots than workers).
     """
-    share = worker_share(cap, count)
-    if share * count > cap:
+    # With REDIS_URL the workers share the cap itself (leases), so each is given all of it.
+    share = cap if shared_cap else worker_share(cap, count)
+    if not shared_cap and share * count > cap:
         log.warning(
             "BATCH_MAX_CONCURRENCY=%d is less than --workers %d: each worker still gets 1 "
             "upstream slot, %d in total",

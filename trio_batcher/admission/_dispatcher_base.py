@@ -117,8 +117,10 @@ class _DispatcherBase:
         """The limiter jobs hold a token of; reassign its ``total_tokens`` to retune at run time."""
         return self._limiter
 
-    def submit_nowait(self, job: Job[T]) -> Ticket[T]:
+    def submit_nowait(self, job: Job[T], *, scope: str | None = None) -> Ticket[T]:
         """Admit a job; it will run in the dispatcher's nursery, never in the caller's task.
+
+        ``scope`` (the model called) picks the shared cooldowns its shared slot reads.
 
         Raises:
           ProxyError: 503 ``shutdown`` once ``close()`` has been called or ``run()`` has ended.
@@ -130,21 +132,22 @@ class _DispatcherBase:
         if nursery is None:
             raise RuntimeError("submit before the dispatcher's run() has started")
         ticket = Ticket(job, self)
+        ticket._scope_name = scope
         self._submitted += 1
         self._phase_counts["queued"] += 1
         self._unresolved[ticket] = None
         self._admit(ticket, nursery)
         return ticket
 
-    async def submit(self, job: Job[T]) -> T:
+    async def submit(self, job: Job[T], *, scope: str | None = None) -> T:
         """``submit_nowait`` + ``wait``; if the caller is cancelled, the ticket is cancelled too."""
-        ticket = self.submit_nowait(job)
+        ticket = self.submit_nowait(job, scope=scope)
         try:
             return await ticket.wait()
         finally:
             ticket.cancel()  # no-op once done; abandons the job if we were cancelled
 
-    async def call(self, job: Job[T]) -> T:
+    async def call(self, job: Job[T], *, scope: str | None = None) -> T:
         """The result of ``job``, run in the caller's own task when nothing needs to wait.
 
         With no window and no limiter (the direct path), a job has nothing to wait for, so
@@ -154,24 +157,24 @@ class _DispatcherBase:
         ``running`` meanwhile. Otherwise this is ``submit``.
         """
         if not self._runs_inline():
-            return await self.submit(job)
+            return await self.submit(job, scope=scope)
         if self._closed:
             raise shutdown_error()
-        scope = trio.CancelScope()
-        self._inline[scope] = None
+        inline = trio.CancelScope()
+        self._inline[inline] = None
         self._submitted += 1
         self._dispatched += 1
         self._phase_counts["running"] += 1
         try:
-            with scope:
+            with inline:
                 value = await job()
         except Exception:
             self._resolutions["failed"] += 1
             raise
         finally:
-            del self._inline[scope]
+            del self._inline[inline]
             self._phase_counts["running"] -= 1
-        if scope.cancelled_caught:  # cancel_remaining(), not the caller: answer 503
+        if inline.cancelled_caught:  # cancel_remaining(), not the caller: answer 503
             self._resolutions["shut_down"] += 1
             raise shutdown_error()
         self._resolutions["succeeded"] += 1
@@ -330,7 +333,7 @@ class _DispatcherBase:
                     await limiter.acquire_on_behalf_of(ticket)
                     local = True
                 if shared is not None and holder is not None:
-                    await shared.acquire(holder)
+                    await shared.acquire(holder, ticket._scope_name)
                 granted = True
         except ProxyError as exc:  # no shared slot to be had (Redis down, fail-closed)
             ticket._resolve_error(exc, "failed")

@@ -72,6 +72,7 @@ class Ticket(Generic[T]):
         self._job_started = False
         # The shared (cross-instance) slot this ticket's job holds, if any.
         self._shared_holder: str | None = None
+        self._scope_name: str | None = None  # the model called, for shared cooldowns
         self._resolved = trio.Event()
         self._value: T
         self._error: Exception | None = None

@@ -20,9 +20,10 @@ class SharedSlots(Protocol):
         """A fresh holder id (unique across instances) for one job's slot."""
         ...
 
-    async def acquire(self, holder: str) -> None:
-        """Wait for a slot for ``holder``; cancellable. Raises ``ProxyError`` when no slot
-        can be had at all (shared state unreachable under a fail-closed policy)."""
+    async def acquire(self, holder: str, scope: str | None = None) -> None:
+        """Wait for a slot for ``holder``; cancellable. ``scope`` (the model called, when
+        known) picks the shared cooldowns to adopt with it. Raises ``ProxyError`` when no
+        slot can be had at all (shared state unreachable under a fail-closed policy)."""
         ...
 
     async def release(self, holder: str) -> None:

@@ -173,7 +173,7 @@ class Pipeline:
         failure: ProxyError | None = None
         try:
             with trio.move_on_at(deadline):
-                reply = await self._dispatcher.call(job)
+                reply = await self._dispatcher.call(job, scope=request.model)
             if reply is None:
                 raise deadline_error(self.settings)
             status = 200
@@ -272,7 +272,7 @@ class Pipeline:
         send, recv = trio.open_memory_channel[StreamEvent](_STREAM_BUFFER)
         try:
             ticket: Ticket[None] = self._dispatcher.submit_nowait(
-                partial(self._pump, request, deadline, send)
+                partial(self._pump, request, deadline, send), scope=request.model
             )
         except BaseException:
             # Refused (the dispatcher is shutting down): the slot is still ours to give back.

@@ -1,0 +1,142 @@
+"""Two proxies sharing one Redis and one simulator: the cap and the cooldowns are global.
+
+Both proxies run in this test's process (each its own app, Redis link, instance id and
+leases), over real loopback HTTP, against a real redis-server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+from redis_support import RedisServer, running_redis, unique_prefix
+from support import Sim, proxy_settings, running_proxy, running_simulator
+
+from trio_batcher.simulator import SimulatorConfig
+
+pytestmark = pytest.mark.filterwarnings("ignore:Unclosed <MemoryObject:ResourceWarning")
+
+CAP = 8
+
+
+@pytest.fixture
+def redis() -> Any:
+    with running_redis() as server:
+        yield server
+
+
+@asynccontextmanager
+async def two_proxies(
+    redis: RedisServer, config: SimulatorConfig | None = None, **changes: Any
+) -> AsyncIterator[tuple[str, str, Sim]]:
+    prefix = unique_prefix()
+    async with running_simulator(config or SimulatorConfig(ttft_ms=40, reply_tokens=4)) as sim:
+        settings = proxy_settings(
+            sim,
+            batch_enabled=True,
+            batch_max_concurrency=CAP,
+            batch_max_wait_ms=1,
+            redis_url=redis.url,
+            redis_key_prefix=prefix,
+            metrics_enabled=True,
+            upstream_max_retries=0,
+            **changes,
+        )
+        async with running_proxy(settings) as a, running_proxy(settings) as b:
+            yield a, b, sim
+
+
+def _body(text: str) -> dict[str, Any]:
+    return {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": text}]}
+
+
+async def _flood(http: httpx2.AsyncClient, urls: list[str], n: int) -> list[int]:
+    statuses: list[int] = []
+
+    async def one(i: int) -> None:
+        url = urls[i % len(urls)]
+        reply = await http.post(f"{url}/v1/chat/completions", json=_body(f"hello {i}"))
+        statuses.append(reply.status_code)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(one, i)
+    return statuses
+
+
+def _http() -> httpx2.AsyncClient:
+    limits = httpx2.Limits(max_connections=500, max_keepalive_connections=500)
+    return httpx2.AsyncClient(timeout=60, limits=limits)
+
+
+async def test_the_cap_holds_across_both_proxies_and_one_alone_can_use_all_of_it(
+    redis: RedisServer,
+) -> None:
+    async with two_proxies(redis) as (a, b, sim), _http() as http:
+        statuses = await _flood(http, [a, b], 400)
+        assert statuses == [200] * 400
+        stats = await sim.stats()
+        assert stats["max_in_flight"] <= CAP, stats["max_in_flight"]  # never past the cap
+        # ... and using it: more than one instance's share (the cap is not cut in halves).
+        assert stats["max_in_flight"] > CAP // 2
+        await sim.reset()
+        statuses = await _flood(http, [a], 120)  # b idle: a may use the whole cap
+        assert statuses == [200] * 120
+        alone = (await sim.stats())["max_in_flight"]
+        assert CAP // 2 < alone <= CAP
+        metrics = (await http.get(f"{a}/metrics")).json()
+    cluster = metrics["cluster"]
+    assert cluster["mode"] == "shared" and cluster["instances_alive"] == 2
+    assert cluster["held_here"] == 0 and cluster["cap"] == CAP
+
+
+async def test_an_overload_told_to_one_proxy_holds_the_others_calls(redis: RedisServer) -> None:
+    async with two_proxies(redis) as (a, b, _sim), _http() as http:
+        refused = await http.post(
+            f"{a}/v1/chat/completions", json=_body("[[sim:status=529,retry_after=2]] busy")
+        )
+        assert refused.status_code in (503, 529)
+        with trio.fail_after(5):  # the hold reaches b through Redis within moments
+            while True:
+                metrics = (await http.get(f"{a}/metrics")).json()
+                if metrics["cluster"]["cooldowns_published"] >= 1:
+                    break
+                await trio.sleep(0.01)
+        started = time.monotonic()
+        held = await http.post(f"{b}/v1/chat/completions", json=_body("after the overload"))
+        waited = time.monotonic() - started
+    assert held.status_code == 200
+    assert 1.0 <= waited <= 4.0, waited  # b waited out (most of) a's two seconds
+
+
+async def test_redis_stopped_mid_run_costs_no_5xx_and_the_cap_still_holds(
+    redis: RedisServer,
+) -> None:
+    async with two_proxies(redis, redis_timeout_s=0.2) as (a, b, sim), _http() as http:
+        assert await _flood(http, [a, b], 40) == [200] * 40
+        with trio.fail_after(10):  # each has counted the other by a heartbeat (ttl / 3)
+            for url in (a, b):
+                while (  # noqa: ASYNC110 (another server's state: only polling sees it)
+                    (await http.get(f"{url}/metrics")).json()["cluster"]["instances_alive"] < 2
+                ):
+                    await trio.sleep(0.05)
+        await redis.astop()
+        await sim.reset()
+        statuses = await _flood(http, [a, b], 120)
+        assert all(s < 500 for s in statuses), statuses
+        assert statuses.count(200) == 120
+        assert (await sim.stats())["max_in_flight"] <= CAP  # each fell back to CAP // 2
+        metrics = (await http.get(f"{a}/metrics")).json()
+        assert metrics["cluster"]["mode"] == "fallback"
+        await redis.astart()
+        with trio.fail_after(10):
+            while (  # noqa: ASYNC110 (another server's state: only polling sees it)
+                (await http.get(f"{a}/metrics")).json()["cluster"]["mode"] != "shared"
+            ):
+                await trio.sleep(0.05)
+        assert await _flood(http, [a, b], 40) == [200] * 40

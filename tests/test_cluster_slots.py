@@ -1,0 +1,131 @@
+"""ClusterSlots' choices, with fakes: leases while shared, the fallback share when Redis
+fails, refusing under REDIS_FAILURE=closed, cooldowns adopted from the acquire."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_batcher.cluster.connection import ClusterUnavailable
+from trio_batcher.cluster.cooldowns import CooldownView
+from trio_batcher.cluster.fallback import FallbackState
+from trio_batcher.cluster.leases import Grant
+from trio_batcher.cluster.upstream_slots import ClusterSlots
+from trio_batcher.errors import ProxyError
+from trio_batcher.upstream.resilience import Resilience
+
+
+class FakeSemaphore:
+    def __init__(self, capacity: int = 8) -> None:
+        self.capacity = capacity
+        self.down = False
+        self.cooldown = CooldownView(0.0, None)
+        self.held: set[str] = set()
+        self.released: list[str] = []
+
+    async def acquire(self, holder: str, *, scope: str | None = None) -> Grant:
+        await trio.lowlevel.checkpoint()
+        if self.down:
+            raise ClusterUnavailable("down")
+        self.held.add(holder)
+        return Grant(len(self.held), self.cooldown)
+
+    async def release(self, holder: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.down:
+            raise ClusterUnavailable("down")
+        self.held.discard(holder)
+        self.released.append(holder)
+
+
+class FakeRegistry:
+    last_seen_alive = 3
+
+
+def slots(semaphore: FakeSemaphore, **kwargs: Any) -> tuple[ClusterSlots, FallbackState]:
+    fallback = FallbackState()
+    return (
+        ClusterSlots(
+            semaphore,  # type: ignore[arg-type]
+            fallback,
+            FakeRegistry(),  # type: ignore[arg-type]
+            Resilience(),
+            instance_id="i1",
+            **kwargs,
+        ),
+        fallback,
+    )
+
+
+async def test_while_shared_every_slot_is_a_lease(autojump_clock: trio.testing.MockClock) -> None:
+    sem = FakeSemaphore()
+    s, _ = slots(sem)
+    holders = [s.new_holder() for _ in range(3)]
+    assert len(set(holders)) == 3
+    for h in holders:
+        await s.acquire(h)
+    assert sem.held == set(holders) and s.held_locally == 0
+    for h in holders:
+        await s.release(h)
+    assert sem.held == set()
+
+
+async def test_redis_failing_falls_back_to_this_instances_share(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore(capacity=8)
+    sem.down = True
+    s, fallback = slots(sem)
+    got: list[str] = []
+
+    async def take(h: str) -> None:
+        await s.acquire(h)
+        got.append(h)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(4):
+            nursery.start_soon(take, f"h{i}")
+        await trio.sleep(1)
+        assert not fallback.shared
+        assert len(got) == 2  # 8 // 3 instances last seen alive
+        await s.release(got[0])
+        await trio.sleep(1)
+        assert len(got) == 3
+        nursery.cancel_scope.cancel()
+    assert sem.released == []  # local slots go back locally
+
+
+async def test_fail_closed_refuses_rather_than_guess(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore()
+    sem.down = True
+    s, _ = slots(sem, fail_closed=True)
+    with pytest.raises(ProxyError) as refused:
+        await s.acquire("h")
+    assert refused.value.status == 503 and refused.value.code == "shared_state_unavailable"
+
+
+async def test_a_cooldown_read_with_the_lease_is_adopted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore()
+    sem.cooldown = CooldownView(2.0, "rate_limited")
+    s, _ = slots(sem)
+    resilience = s._resilience
+    await s.acquire("h", "claude-x")
+    assert resilience._holding("claude-x").until == pytest.approx(trio.current_time() + 2.0)
+    assert resilience._holding("claude-other").until <= trio.current_time()
+
+
+async def test_a_release_redis_misses_is_left_to_the_lease_expiry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore()
+    s, _ = slots(sem)
+    await s.acquire("h")
+    sem.down = True
+    await s.release("h")  # no exception: the lease expires by itself
