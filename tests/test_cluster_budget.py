@@ -2,31 +2,9 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import AsyncIterator, Iterator
-
-import pytest
 import trio
-from redis_support import RedisServer, open_test_link, running_redis, unique_prefix
 
 from trio_batcher.cluster import RedisLink, SharedRetryBudget
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with running_redis() as server:
-        yield server
-
-
-@pytest.fixture
-async def two_links(redis_server: RedisServer) -> AsyncIterator[tuple[RedisLink, RedisLink]]:
-    prefix = unique_prefix()
-    async with (
-        open_test_link(redis_server.url, prefix) as a,
-        open_test_link(redis_server.url, prefix) as b,
-    ):
-        yield a, b
-    gc.collect()
 
 
 async def test_concurrent_retries_on_two_instances_never_overspend(
