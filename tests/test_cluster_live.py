@@ -43,9 +43,7 @@ async def two_proxies(
             batch_max_wait_ms=1,
             redis_url=redis.url,
             redis_key_prefix=prefix,
-            metrics_enabled=True,
-            upstream_max_retries=0,
-            **changes,
+            **{"metrics_enabled": True, "upstream_max_retries": 0, **changes},
         )
         async with running_proxy(settings) as a, running_proxy(settings) as b:
             yield a, b, sim
@@ -140,3 +138,19 @@ async def test_redis_stopped_mid_run_costs_no_5xx_and_the_cap_still_holds(
             ):
                 await trio.sleep(0.05)
         assert await _flood(http, [a, b], 40) == [200] * 40
+
+
+async def test_the_retry_budget_is_the_clusters_not_each_instances(redis: RedisServer) -> None:
+    # Ratio 0: the budget is its floor, 2 retries per window, for the whole cluster.
+    changes = {"retry_budget_ratio": 0.0, "upstream_max_retries": 2}
+    async with two_proxies(redis, **changes) as (a, b, sim), _http() as http:
+        for i in range(6):
+            url = (a, b)[i % 2]
+            reply = await http.post(
+                f"{url}/v1/chat/completions", json=_body(f"[[sim:status=500]] fail {i}")
+            )
+            assert reply.status_code >= 500
+        calls = (await sim.stats())["requests_total"]
+        retries = [(await http.get(f"{u}/metrics")).json()["upstream"]["retries"] for u in (a, b)]
+    assert sum(retries) == 2, retries  # two instances, one budget: not 2 each
+    assert calls == 6 + 2

@@ -990,3 +990,24 @@ async def test_a_cooldown_adopted_from_another_instance_holds_calls_and_is_not_t
     await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model="m2")
     assert upstream.starts == [2.0, 2.0]  # m1 waited out the adopted hold; m2 was not held
     assert told == []
+
+
+async def test_with_a_shared_budget_the_cluster_decides_each_retry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    answers = iter([True, False])
+    asked: list[float] = []
+
+    async def shared_retry() -> bool:
+        asked.append(trio.current_time())
+        return next(answers)
+
+    ctx = Resilience(ResilienceConfig(max_retries=5, budget_min_retries=0), rng=lambda: 0.5)
+    ctx.shared_retry = shared_retry  # the local budget (0 here) is not consulted
+    upstream = FakeUpstream(then=Step(error=partial(server_error, 500)))
+    with pytest.raises(ProxyError):
+        await call(upstream, ctx)
+    assert len(upstream.starts) == 2  # one retry granted, the next one denied
+    assert len(asked) == 2
+    stats = ctx.statistics()
+    assert (stats.retries, stats.retries_denied_by_budget) == (1, 1)

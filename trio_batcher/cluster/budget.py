@@ -45,20 +45,20 @@ local function count(key)
   end
   return total
 end
-local function add(key)
-  redis.call('HINCRBY', key, bucket, 1)
+local function add(key, n)
+  redis.call('HINCRBY', key, bucket, n)
   redis.call('PEXPIRE', key, 2 * buckets * bucket_ms)
 end
 if ARGV[1] == 'request' then
   count(KEYS[1])
-  add(KEYS[1])
+  add(KEYS[1], tonumber(ARGV[6] or '1'))
   return 1
 end
 local allowed = tonumber(ARGV[5]) + math.floor(tonumber(ARGV[4]) * count(KEYS[1]) + 1e-9)
 if count(KEYS[2]) >= allowed then
   return 0
 end
-add(KEYS[2])
+add(KEYS[2], 1)
 return 1
 """,
 )
@@ -94,19 +94,20 @@ class SharedRetryBudget:
         self._ratio = repr(float(ratio))
         self._min = min_retries
 
-    async def _run(self, op: str) -> bool:
+    async def _run(self, op: str, n: int = 1) -> bool:
         reply = await self._link.run(
-            BUDGET, self._keys, [op, self._bucket_ms, self._buckets, self._ratio, self._min]
+            BUDGET, self._keys, [op, self._bucket_ms, self._buckets, self._ratio, self._min, n]
         )
         return int(reply) == 1
 
-    async def record_request(self) -> None:
-        """A new request arrived (its first attempt is about to happen).
+    async def record_request(self, n: int = 1) -> None:
+        """``n`` new requests arrived (their first attempts are about to happen, or just
+        did: an instance counts them locally and adds them up in one call now and then).
 
         Raises:
-          ClusterUnavailable: it may or may not have been counted.
+          ClusterUnavailable: they may or may not have been counted.
         """
-        await self._run("request")
+        await self._run("request", n)
 
     async def try_spend(self) -> bool:
         """Take one retry from the shared budget; ``False`` (nothing taken) when it is spent.

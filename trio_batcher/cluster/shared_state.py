@@ -3,8 +3,8 @@
 ``SharedState`` is what ``Runtime`` builds when ``REDIS_URL`` is set: it is the dispatcher's
 ``SharedSlots`` (delegating to ``ClusterSlots`` once connected) and it owns, in ``run()``,
 the Redis link and every task that keeps the shared state alive -- the lease renewer and
-release listener, the instance heartbeat, the fallback probe, and the publisher of this
-instance's cooldowns. ``run()`` is started in the app's nursery before the dispatcher, so a
+release listener, the instance heartbeat, the fallback probe, the publisher of this
+instance's cooldowns, and the counter of its requests for the shared retry budget. ``run()`` is started in the app's nursery before the dispatcher, so a
 job never asks for a slot before there is a link; a Redis that is down at startup is not a
 failure to start, just an instance that begins in fallback.
 
@@ -23,6 +23,7 @@ import trio
 
 from ..settings import Settings
 from ..upstream.resilience import Resilience
+from .budget import SharedRetryBudget
 from .connection import ClusterConfig, ClusterUnavailable, open_link
 from .cooldowns import SharedCooldowns
 from .fallback import FallbackState
@@ -35,6 +36,7 @@ __all__ = ["SharedState"]
 log = logging.getLogger("trio_batcher")
 
 _COOLDOWN_QUEUE: Final = 64
+_COUNT_EVERY_S: Final = 0.25
 
 Cooldown = tuple[str | None, float, str]
 
@@ -62,6 +64,8 @@ class SharedState:
         self._send, self._recv = trio.open_memory_channel[Cooldown](_COOLDOWN_QUEUE)
         self._published = 0
         self._unpublished = 0
+        self._budget: SharedRetryBudget | None = None
+        self._requests_to_count = 0
 
     # -- SharedSlots -------------------------------------------------------------------------
 
@@ -96,16 +100,28 @@ class SharedState:
                 instance_id=self.instance_id,
                 fail_closed=self._fail_closed,
             )
+            config = self._resilience.config
+            self._budget = SharedRetryBudget(
+                link,
+                ratio=config.budget_ratio,
+                window_s=config.budget_window_s,
+                min_retries=config.budget_min_retries,
+            )
             self._resilience.on_cooldown = self._tell
+            self._resilience.on_request = self._count_request
+            self._resilience.shared_retry = self._spend_retry
             try:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(semaphore.run)
                     await nursery.start(registry.run)
                     await nursery.start(self.fallback.run_probe, link.ping)
                     nursery.start_soon(self._publish, SharedCooldowns(link))
+                    nursery.start_soon(self._count_requests_periodically)
                     task_status.started()
             finally:
                 self._resilience.on_cooldown = None
+                self._resilience.on_request = None
+                self._resilience.shared_retry = None
 
     def _tell(self, scope: str | None, seconds: float, reason: str) -> None:
         try:
@@ -125,6 +141,33 @@ class SharedState:
                 self.fallback.report_failure(exc)
             else:
                 self._published += 1
+
+    def _count_request(self) -> None:
+        self._requests_to_count += 1
+
+    async def _count_requests_periodically(self) -> None:
+        """The requests that earn the shared retry budget, added up every
+        ``_COUNT_EVERY_S`` in one round trip rather than one per request: the budget is a
+        ratio over a window of seconds, which a quarter of a second does not move."""
+        assert self._budget is not None
+        while True:
+            await trio.sleep(_COUNT_EVERY_S)
+            n, self._requests_to_count = self._requests_to_count, 0
+            if not n or not self.fallback.shared:
+                continue
+            try:
+                await self._budget.record_request(n)
+            except ClusterUnavailable as exc:
+                self.fallback.report_failure(exc)
+
+    async def _spend_retry(self) -> bool:
+        """One retry from the cluster's budget; this instance's own while Redis fails."""
+        if self._budget is not None and self.fallback.shared:
+            try:
+                return await self._budget.try_spend()
+            except ClusterUnavailable as exc:
+                self.fallback.report_failure(exc)
+        return self._resilience.budget.try_spend()
 
     # -- the observatory ----------------------------------------------------------------------
 

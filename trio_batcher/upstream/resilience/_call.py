@@ -122,6 +122,10 @@ class Resilience:
         # Told of every cooldown this process opens (scope: a model, or None for all; its
         # length in seconds; why), so that shared state can hold the other instances too.
         self.on_cooldown: Callable[[str | None, float, CooldownReason], None] | None = None
+        # With shared state, the retry budget is the cluster's: told of every request, and
+        # asked (one round trip, only when a retry is due) instead of the local budget.
+        self.on_request: Callable[[], None] | None = None
+        self.shared_retry: Callable[[], Awaitable[bool]] | None = None
 
     def shed_error(self, deadline: float, model: str | None = None) -> ProxyError | None:
         """The error to answer at once if a cooldown holding calls to ``model`` (the shared
@@ -265,6 +269,8 @@ class Resilience:
             # upstream, so it must not earn retry budget or dilute the amplification ratio.
             self._requests += 1
             self.budget.record_request()
+            if self.on_request is not None:
+                self.on_request()
         self._attempts += 1
         return self.adaptive.epoch if self.adaptive is not None else 0
 
@@ -306,11 +312,20 @@ class Resilience:
         if max(retry_at, self._holding(model).until) >= deadline:
             self._denied_by_deadline += 1
             return None
-        if not self.budget.try_spend():
+        if self.shared_retry is None and not self.budget.try_spend():
             self._denied_by_budget += 1
             return None
         self._retries += 1
         return retry_at
+
+    async def _spend_shared_retry(self) -> bool:
+        """The cluster's budget's say on a retry ``_plan_retry`` allowed (with shared state
+        only; ``shared_retry`` falls back to the local budget when Redis fails)."""
+        if self.shared_retry is None or await self.shared_retry():
+            return True
+        self._retries -= 1
+        self._denied_by_budget += 1
+        return False
 
 
 async def call_with_resilience(
@@ -362,10 +377,13 @@ async def call_with_resilience(
             retry_at = ctx._plan_retry(failure, retries, deadline, model)
             if retry_at is None:
                 raise
+            last_error = exc
         else:
             if headers_of is not None:
                 ctx.observe_headers(headers_of(result), model)
             ctx._record_clean(epoch)
             return result
+        if not await ctx._spend_shared_retry():  # outside the except, as the sleep below
+            raise last_error
         retries += 1
         await trio.sleep_until(retry_at)  # outside the except: a Cancelled here is not chained
