@@ -88,9 +88,14 @@ async def test_the_cap_holds_across_both_proxies_and_one_alone_can_use_all_of_it
         alone = (await sim.stats())["max_in_flight"]
         assert CAP // 2 < alone <= CAP
         metrics = (await http.get(f"{a}/metrics")).json()
+        text = (await http.get(f"{a}/metrics/prometheus")).text
     cluster = metrics["cluster"]
     assert cluster["mode"] == "shared" and cluster["instances_alive"] == 2
     assert cluster["held_here"] == 0 and cluster["cap"] == CAP
+    label = f'{{instance="{cluster["instance"]}"}}'
+    assert f"trio_batcher_cluster_shared{label} 1.0" in text
+    assert f"trio_batcher_cluster_upstream_cap{label} {float(CAP)}" in text
+    assert f"trio_batcher_cluster_instances_alive{label} 2.0" in text
 
 
 async def test_an_overload_told_to_one_proxy_holds_the_others_calls(redis: RedisServer) -> None:

@@ -94,7 +94,12 @@ class Runtime:
             resilience=self.resilience,
         )
         self.prometheus = (
-            PrometheusExporter(self.metrics, self.gauges, self.resilience.statistics)
+            PrometheusExporter(
+                self.metrics,
+                self.gauges,
+                self.resilience.statistics,
+                cluster_fn=self.cluster_statistics,
+            )
             if self.metrics is not None
             else None
         )

@@ -11,6 +11,7 @@ registry stays untouched.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder
@@ -24,6 +25,7 @@ from prometheus_client.metrics_core import (
 from ..upstream.resilience import ResilienceStatistics
 from .gc_pauses import GcStatistics
 from .metrics import Gauges, HistogramCounts, MetricsRegistry
+from .prometheus_cluster import ClusterCollector
 from .surfaces import SurfaceStatistics
 
 __all__ = ["PrometheusExporter"]
@@ -277,6 +279,7 @@ class PrometheusExporter:
       registry: the metrics to expose.
       gauges_fn: returns the current concurrency gauges; called once per scrape.
       upstream_fn: returns the resilience counters (retries, cooldowns), if there are any.
+      cluster_fn: returns the ``cluster`` block of ``/metrics`` (shared state), or None.
     """
 
     def __init__(
@@ -284,9 +287,12 @@ class PrometheusExporter:
         registry: MetricsRegistry,
         gauges_fn: Callable[[], Gauges],
         upstream_fn: Callable[[], ResilienceStatistics] | None = None,
+        cluster_fn: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.collector_registry = CollectorRegistry(auto_describe=False)
         self.collector_registry.register(_RegistryCollector(registry, gauges_fn, upstream_fn))
+        if cluster_fn is not None:
+            self.collector_registry.register(ClusterCollector(cluster_fn))
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """Return ``(body, content_type)`` for a scrape.

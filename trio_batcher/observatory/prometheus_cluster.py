@@ -1,0 +1,70 @@
+"""The shared-state gauges for Prometheus: this instance's view of the cluster.
+
+Every instance exports its own, labelled ``instance`` (its cluster id), so a dashboard can
+show each one's mode and the cluster's load side by side; the request metrics stay per
+instance and are summed across instances in Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, final
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["ClusterCollector"]
+
+PREFIX = "trio_batcher_cluster_"
+
+# (JSON key in the ``cluster`` block, metric name, kind, help)
+_FAMILIES = (
+    ("instances_alive", "instances_alive", "gauge", "Instances alive at the last heartbeat."),
+    ("cap", "upstream_cap", "gauge", "The upstream cap shared by every instance."),
+    (
+        "in_flight_seen",
+        "upstream_in_flight",
+        "gauge",
+        "The cluster's upstream calls at this instance's last lease round trip.",
+    ),
+    ("held_here", "slots_held", "gauge", "Upstream slots this instance holds."),
+    ("waiting_here", "slots_waiting", "gauge", "Jobs of this instance waiting for a slot."),
+    ("fallbacks", "fallbacks", "counter", "Times this instance fell back to local limits."),
+    ("leases_lost", "leases_lost", "counter", "Leases found expired while their call ran."),
+    (
+        "cooldowns_published",
+        "cooldowns_published",
+        "counter",
+        "Cooldowns this instance told the others of.",
+    ),
+)
+
+
+@final
+class ClusterCollector(Collector):
+    def __init__(self, cluster_fn: Callable[[], Mapping[str, Any] | None]) -> None:
+        self._cluster_fn = cluster_fn
+
+    def collect(self) -> Iterator[Metric]:
+        cluster = self._cluster_fn()
+        if cluster is None:
+            return
+        instance = [str(cluster["instance"])]
+        shared = GaugeMetricFamily(
+            PREFIX + "shared",
+            "1 while shared state answers, 0 while this instance uses its fallback share.",
+            labels=["instance"],
+        )
+        shared.add_metric(instance, 1 if cluster["mode"] == "shared" else 0)
+        yield shared
+        for key, name, kind, doc in _FAMILIES:
+            value = cluster.get(key)
+            if value is None:
+                continue
+            family: GaugeMetricFamily | CounterMetricFamily
+            if kind == "counter":
+                family = CounterMetricFamily(PREFIX + name, doc, labels=["instance"])
+            else:
+                family = GaugeMetricFamily(PREFIX + name, doc, labels=["instance"])
+            family.add_metric(instance, value)
+            yield family
