@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx2
-from npm_cache import NpmUnavailable, npm_install
+from npm_cache import NpmUnavailable, first_working, npm_install
 
 from trio_batcher.settings import SPECS
 
@@ -107,16 +107,7 @@ def _launchers(prefix: Path) -> list[tuple[str, ...]]:
 
 
 def _cached() -> ClaudeCode | None:
-    for command in _launchers(CACHE_DIR):
-        if not Path(command[-1]).exists():
-            continue
-        try:
-            found = _checked(command, str(CACHE_DIR))
-        except Unavailable:
-            continue
-        if found.version == VERSION:
-            return found
-    return None
+    return first_working(_launchers(CACHE_DIR), _checked, VERSION, str(CACHE_DIR))
 
 
 def _checked(command: tuple[str, ...], source: str) -> ClaudeCode:

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import httpx2
 import trio
-from npm_cache import NpmUnavailable, npm_install
+from npm_cache import NpmUnavailable, first_working, npm_install
 
 from trio_batcher.serving import serve_app
 
@@ -112,16 +112,7 @@ def _launchers(prefix: Path) -> list[tuple[str, ...]]:
 
 
 def _cached() -> Codex | None:
-    for command in _launchers(CACHE_DIR):
-        if not Path(command[-1]).exists():
-            continue
-        try:
-            found = _checked(command, str(CACHE_DIR))
-        except Unavailable:
-            continue
-        if found.version == VERSION:
-            return found
-    return None
+    return first_working(_launchers(CACHE_DIR), _checked, VERSION, str(CACHE_DIR))
 
 
 def _checked(command: tuple[str, ...], source: str) -> Codex:

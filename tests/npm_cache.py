@@ -16,9 +16,9 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
-__all__ = ["INSTALL_TIMEOUT_S", "NpmUnavailable", "npm_install"]
+__all__ = ["INSTALL_TIMEOUT_S", "NpmUnavailable", "first_working", "npm_install"]
 
 T = TypeVar("T")
 
@@ -27,6 +27,32 @@ INSTALL_TIMEOUT_S: Final = 600
 
 class NpmUnavailable(Exception):
     """The package cannot be installed here (the message says why)."""
+
+
+class _Versioned(Protocol):
+    version: str
+
+
+V = TypeVar("V", bound=_Versioned)
+
+
+def first_working(
+    launchers: Sequence[tuple[str, ...]],
+    check: Callable[[tuple[str, ...], str], V],
+    version: str,
+    source: str,
+) -> V | None:
+    """The first launcher that exists, runs (``check``) and is ``version``; else None."""
+    for command in launchers:
+        if not Path(command[-1]).exists():
+            continue
+        try:
+            found = check(command, source)
+        except NpmUnavailable:
+            continue
+        if found.version == version:
+            return found
+    return None
 
 
 def npm_install(

@@ -53,7 +53,6 @@ def slots(semaphore: FakeSemaphore, **kwargs: Any) -> tuple[ClusterSlots, Fallba
             fallback,
             FakeRegistry(),  # type: ignore[arg-type]
             Resilience(),
-            instance_id="i1",
             **kwargs,
         ),
         fallback,

@@ -18,6 +18,7 @@ from support import proxy_and_simulator
 _CHAT = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
 _MESSAGES = {**_CHAT, "max_tokens": 50}
 _ANTHROPIC = {"anthropic-version": "2023-06-01"}
+_RESPONSES = {"model": "claude-sonnet-4-5", "input": "hi"}
 
 ROUTES: list[Any] = [
     pytest.param("GET", "/health", None, {}, 200, id="health"),
@@ -44,6 +45,16 @@ ROUTES: list[Any] = [
     pytest.param(
         "OPTIONS", "/v1/messages", None, {"origin": "http://evil"}, 403, id="cors-refused"
     ),
+    pytest.param("POST", "/v1/responses", _RESPONSES, {}, 200, id="responses"),
+    pytest.param(
+        "POST", "/v1/responses", {**_RESPONSES, "stream": True}, {}, 200, id="responses-stream"
+    ),
+    pytest.param("POST", "/v1/responses", {"model": 1}, {}, 400, id="responses-bad"),
+    pytest.param("GET", "/v1/responses/resp_unknown", None, {}, 404, id="response-get"),
+    pytest.param(
+        "GET", "/v1/responses/resp_unknown/input_items", None, {}, 404, id="response-items"
+    ),
+    pytest.param("DELETE", "/v1/responses/resp_unknown", None, {}, 404, id="response-delete"),
 ]
 
 

@@ -112,7 +112,8 @@ async def test_parse_returns_the_pydantic_model() -> None:
         )
         assert isinstance(response.output_parsed, Weather)
         upstream = (await _upstream_bodies(sim))[-1]
-        assert "output_format" in upstream or "output_config" in upstream or "tools" in upstream
+        schema = upstream["output_config"]["format"]["schema"]  # structured output, compiled
+        assert set(schema["properties"]) == {"city", "temperature_c"}
 
 
 async def test_three_turns_by_previous_response_id_then_a_fourth_after_a_restart(

@@ -97,7 +97,6 @@ class SharedState:
                 self.fallback,
                 registry,
                 self._resilience,
-                instance_id=self.instance_id,
                 fail_closed=self._fail_closed,
             )
             config = self._resilience.config

@@ -48,7 +48,6 @@ class ClusterSlots:
         registry: InstanceRegistry,
         resilience: Resilience,
         *,
-        instance_id: str,
         fail_closed: bool = False,
     ) -> None:
         self._semaphore = semaphore
@@ -57,7 +56,6 @@ class ClusterSlots:
         self._resilience = resilience
         self._fail_closed = fail_closed
         self._ids = itertools.count()
-        self._instance = instance_id
         self._local = trio.CapacityLimiter(self._fallback_share())
         self._local_holders: set[str] = set()
 
