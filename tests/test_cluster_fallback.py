@@ -107,7 +107,9 @@ class FakeLink:
 
 
 def granting(name: str, args: Sequence[Any]) -> Any:
-    return {"lease_acquire": [1, 1, 0, ""], "lease_renew": [1, 0], "lease_release": 1}[name]
+    return {"lease_acquire": [1, 1, 0, "", 8, 0, 1], "lease_renew": [1, 0], "lease_release": 1}[
+        name
+    ]
 
 
 async def test_leases_are_renewed_every_third_of_the_ttl_and_not_when_idle(
@@ -157,7 +159,9 @@ async def test_a_refused_head_backs_off_and_a_release_message_wakes_it_at_once(
 
     def full_until(name: str, args: Sequence[Any]) -> Any:
         if name == "lease_acquire":
-            return [1, 1, 0, ""] if trio.current_time() >= free_at else [0, 1, 0, ""]
+            return (
+                [1, 1, 0, "", 8, 0, 1] if trio.current_time() >= free_at else [0, 1, 0, "", 8, 0, 1]
+            )
         return granting(name, args)
 
     link = FakeLink(full_until)

@@ -25,6 +25,22 @@ class FakeSemaphore:
         self.cooldown = CooldownView(0.0, None)
         self.held: set[str] = set()
         self.released: list[str] = []
+        self.renewed = 0
+
+    @property
+    def seen_capacity(self) -> int:
+        return self.capacity
+
+    @property
+    def held_count(self) -> int:
+        return len(self.held)
+
+    def adopt(self, holders: set[str]) -> None:
+        self.held |= holders
+
+    async def renew(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.renewed += 1
 
     async def acquire(self, holder: str, *, scope: str | None = None) -> Grant:
         await trio.lowlevel.checkpoint()
@@ -128,3 +144,45 @@ async def test_a_release_redis_misses_is_left_to_the_lease_expiry(
     await s.acquire("h")
     sem.down = True
     await s.release("h")  # no exception: the lease expires by itself
+
+
+async def test_calls_that_took_a_lease_before_the_outage_count_against_the_share(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore(capacity=8)
+    s, fallback = slots(sem)  # 3 instances last seen: a share of 2
+    await s.acquire("leased")  # a lease, whose call still runs when Redis goes
+    sem.down = True
+    await s.acquire("local")  # one more makes 2
+    assert not fallback.shared
+    with trio.move_on_after(5) as waited:
+        await s.acquire("third")
+    assert waited.cancelled_caught  # the share is full, leases included
+    sem.down = False
+    await s.release("leased")  # the lease's release goes to Redis, and frees a place
+    sem.down = True
+    with trio.fail_after(1):
+        await s.acquire("third")
+    assert sem.released == ["leased"]
+
+
+async def test_rejoining_makes_the_local_calls_leases_and_keeps_the_share_for_a_while(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore(capacity=8)
+    sem.down = True
+    s, fallback = slots(sem, rejoin_s=2.0)  # a share of 2
+    await s.acquire("a")
+    await s.acquire("b")
+    sem.down = False
+    fallback.report_success()
+    await s.rejoin()
+    assert sem.held == {"a", "b"} and s.held_locally == 0 and sem.renewed == 1
+    with trio.move_on_after(1.5) as waited:
+        await s.acquire("c")  # still bounded by the share: the others may not be back yet
+    assert waited.cancelled_caught
+    await trio.sleep(0.5)  # past the rejoin period: Redis alone bounds the cluster
+    await s.acquire("c")
+    assert sem.held == {"a", "b", "c"}
+    await s.release("a")
+    assert sem.released == ["a"]  # an adopted call's release goes to Redis

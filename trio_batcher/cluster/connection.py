@@ -14,7 +14,11 @@ Redis only through ``RedisLink.run(script, keys, args)``, which:
   script that timed out may still have run, and running it twice would take two leases or
   count a retry twice;
 - turns every failure (timeout, refused connection, a lost connection, a Redis error) into
-  ``ClusterUnavailable``, the one exception callers map to their fallback.
+  ``ClusterUnavailable``, the one exception callers map to their fallback;
+- times every command that answered, into a ring of the last ``ROUND_TRIP_SAMPLES``
+  (``round_trips()``: the p50/p99 of ``/metrics``), and counts the ones that failed. The
+  time is what a caller waited, the trio scheduling of the reply included: that is what
+  the admission path pays.
 
 Cancellation. coredis multiplexes commands on a connection and matches replies to requests
 in FIFO order; a request whose awaiting task was cancelled stays queued and its reply is read
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -43,9 +48,14 @@ import coredis.exceptions
 import trio
 from coredis.retry import NoRetryPolicy
 
+from ..observatory.latency import summary_ms
+
 __all__ = ["ClusterConfig", "ClusterUnavailable", "Link", "LuaScript", "RedisLink", "open_link"]
 
 logger = logging.getLogger(__name__)
+
+# Enough recent commands for a p99 (an instance under load runs several per request).
+ROUND_TRIP_SAMPLES = 2048
 
 # Every script that needs "now" starts with this: the Redis server's clock, in milliseconds,
 # so no host's clock skew ever reaches an expiry.
@@ -125,7 +135,9 @@ class RedisLink:
         self._client = client
         self._prefix = prefix
         self.command_timeout_s = command_timeout_s
-        self._loaded: set[str] = set()
+        self._round_trips: deque[float] = deque(maxlen=ROUND_TRIP_SAMPLES)
+        self._commands = 0
+        self._failures = 0
 
     def key(self, *parts: str) -> str:
         """``{prefix}:part:part``: a key (or channel) of this cluster."""
@@ -140,20 +152,35 @@ class RedisLink:
           ClusterUnavailable: on a timeout or any Redis or connection error; the script may
             have run.
         """
+        started = trio.current_time()
+        self._commands += 1
         try:
             with trio.fail_after(self.command_timeout_s):
                 try:
-                    return await self._client.evalsha(script.sha, keys=keys, args=args)
+                    reply = await self._client.evalsha(script.sha, keys=keys, args=args)
                 except coredis.exceptions.NoScriptError:
                     # The script did not run: loading it and asking again cannot run it twice.
                     await self._client.script_load(script.source)
-                    return await self._client.evalsha(script.sha, keys=keys, args=args)
+                    reply = await self._client.evalsha(script.sha, keys=keys, args=args)
         except trio.TooSlowError as exc:
+            self._failures += 1
             raise ClusterUnavailable(
                 f"Redis did not answer {script.name} within {self.command_timeout_s} s"
             ) from exc
         except (coredis.exceptions.RedisError, TimeoutError, OSError) as exc:
+            self._failures += 1
             raise ClusterUnavailable(f"Redis failed {script.name}: {exc!r}") from exc
+        self._round_trips.append(trio.current_time() - started)
+        return reply
+
+    def round_trips(self) -> dict[str, Any]:
+        """Commands sent and failed, and the round trip of the recent ones that answered
+        (milliseconds: p50, p95, p99, max, sample_count)."""
+        return {
+            "commands": self._commands,
+            "failures": self._failures,
+            **summary_ms(sorted(self._round_trips)),
+        }
 
     async def ping(self) -> float:
         """One PING round trip, in seconds: the fallback state's probe.

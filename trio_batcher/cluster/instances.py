@@ -5,7 +5,10 @@ prunes the expired ones, re-scores this instance and returns how many are alive,
 script; ``run()`` heartbeats every ``ttl_s / 3`` and leaves the registry when cancelled
 (shielded, best effort: a crashed instance just expires). The count it last saw
 (``last_seen_alive``) is what the fallback divides the cap by when Redis is gone, so it is
-kept from before the outage, never re-read during one.
+kept from before the outage, never re-read during one. Besides the heartbeat, every lease
+acquire reads the count in its own script (``observe``), so a busy instance learns of a new
+one at its next acquire rather than up to ``ttl_s / 3`` later: the window in which an outage
+could find it dividing by one instance too few is then the time since its last acquire.
 """
 
 from __future__ import annotations
@@ -77,6 +80,16 @@ class InstanceRegistry:
         alive = int(await self._link.run(HEARTBEAT, [self._key], [self.instance_id, self._ttl_ms]))
         self.last_seen_alive = alive
         return alive
+
+    @property
+    def key(self) -> str:
+        """The registry's sorted set (the lease acquire script counts it too)."""
+        return self._key
+
+    def observe(self, alive: int) -> None:
+        """A count read elsewhere (an acquire reply); 0 means it was not counted."""
+        if alive >= 1:
+            self.last_seen_alive = alive
 
     async def alive(self) -> int:
         """The instances alive now, without heartbeating.

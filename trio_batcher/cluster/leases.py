@@ -11,15 +11,17 @@ Redis keys (``{prefix}:sem:<name>:...``):
 - the channel ``released``: published to by any script that frees a slot or a ticket.
 
 Each operation is one Lua script, atomic on the server: ``ACQUIRE`` (prune expired leases
-and tickets, read the caller's cooldowns, take a slot if one is free and the caller's ticket
-is among the first ``free`` ones, else queue the ticket), ``RENEW`` (prune, then re-score
+and tickets, read the caller's cooldowns, the adaptive limit and the instances alive, take a
+slot if one is free and the caller's ticket is among the first ``free`` ones, else queue the
+ticket), ``RENEW`` (prune, then re-score
 every lease this instance holds), ``RELEASE`` (drop the lease and the ticket). They are
 idempotent per holder: acquiring a held id renews it, releasing an unknown id does nothing.
 
 Invariant: a lease is granted only while ``ZCARD holders < capacity`` after pruning, so the
-number of unexpired leases never exceeds the capacity the acquiring caller passed. With one
-capacity for every instance, that is the global cap. ``capacity`` may change at run time
-(the adaptive limit): raising it wakes the local head, lowering it lets holders finish.
+number of unexpired leases never exceeds the capacity in force for the acquiring caller:
+the capacity it passed, or the shared adaptive limit (``cluster/adaptive.py``) when that is
+lower and the semaphore obeys it. With one capacity for every instance, that is the global
+cap. Either may change at run time: a raise wakes the heads, a cut lets holders finish.
 A lease outlives its process by at most ``ttl_s``: a crashed instance's slots come back
 within the TTL.
 
@@ -54,15 +56,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import final
 
 import trio
 
-from .connection import LUA_NOW_MS, ClusterUnavailable, Link, LuaScript
-from .cooldowns import LUA_READ_COOLDOWNS, CooldownView, cooldown_keys
+from ._lease_scripts import ACQUIRE, RELEASE, RENEW
+from .connection import ClusterUnavailable, Link
+from .cooldowns import CooldownView, cooldown_keys
 
 __all__ = ["Grant", "LeaseSemaphore", "LeaseStatistics"]
 
@@ -70,100 +73,6 @@ logger = logging.getLogger(__name__)
 
 POLL_MIN_S = 0.02
 POLL_MAX_S = 0.25
-
-# Prune expired leases and tickets; publish when that freed anything. Needs KEYS[1..3] =
-# holders, tickets, ticket_expiry and `channel`, `now` in scope.
-_LUA_PRUNE = """
-local freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-for _, member in ipairs(stale) do
-  redis.call('ZREM', KEYS[2], member)
-end
-if #stale > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-end
-if freed + #stale > 0 then
-  redis.call('PUBLISH', channel, 'expired')
-end
-"""
-
-# KEYS: holders, tickets, ticket_expiry, then the cooldown keys holding the caller.
-# ARGV: member, capacity, ttl ms, channel.
-# Returns {1 granted / 0 refused, leases after the call, cooldown ms, cooldown reason}.
-ACQUIRE = LuaScript(
-    "lease_acquire",
-    LUA_NOW_MS
-    + """
-local member = ARGV[1]
-local capacity = tonumber(ARGV[2])
-local ttl = tonumber(ARGV[3])
-local channel = ARGV[4]
-"""
-    + _LUA_PRUNE
-    + LUA_READ_COOLDOWNS.replace("KEY_FIRST", "4")
-    + """
-local held = redis.call('ZCARD', KEYS[1])
-local granted = 0
-if redis.call('ZSCORE', KEYS[1], member) then
-  granted = 1
-elseif held < capacity then
-  local free = capacity - held
-  local rank = redis.call('ZRANK', KEYS[2], member)
-  if rank == false then
-    rank = redis.call('ZCARD', KEYS[2])
-  end
-  if rank < free then
-    granted = 1
-    held = held + 1
-  end
-end
-if granted == 1 then
-  redis.call('ZADD', KEYS[1], now + ttl, member)
-  redis.call('ZREM', KEYS[2], member)
-  redis.call('ZREM', KEYS[3], member)
-else
-  redis.call('ZADD', KEYS[2], 'NX', now, member)
-  redis.call('ZADD', KEYS[3], now + ttl, member)
-end
-return {granted, held, cooldown_ms, cooldown_reason}
-""",
-)
-
-# KEYS: holders, tickets, ticket_expiry. ARGV: ttl ms, channel, then the members to renew.
-# A member missing (its lease expired while this instance could not renew) is added back:
-# its call is still running, and counting it keeps others from starting one more.
-# Returns {leases after the call, members that had to be added back}.
-RENEW = LuaScript(
-    "lease_renew",
-    LUA_NOW_MS
-    + """
-local ttl = tonumber(ARGV[1])
-local channel = ARGV[2]
-"""
-    + _LUA_PRUNE
-    + """
-local lost = 0
-for i = 3, #ARGV do
-  lost = lost + redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
-end
-return {redis.call('ZCARD', KEYS[1]), lost}
-""",
-)
-
-# KEYS: holders, tickets, ticket_expiry. ARGV: member, channel.
-# Returns 1 when a lease or ticket was dropped (and the channel told), else 0.
-RELEASE = LuaScript(
-    "lease_release",
-    """
-local dropped = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if dropped > 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
-  return 1
-end
-return 0
-""",
-)
 
 
 @final
@@ -178,6 +87,11 @@ class Grant:
 
     in_flight: int
     cooldown: CooldownView
+
+
+# What every ACQUIRE reply tells, granted or not: the capacity in force, the shared adaptive
+# limit's epoch (0 when there is none) and the instances alive (0 without a registry).
+ReplyObserver = Callable[[int, int, int], None]
 
 
 @final
@@ -213,18 +127,37 @@ class LeaseSemaphore:
       capacity: slots across all instances; assignable at run time.
       ttl_s: how long a lease outlives its last renewal (and a crashed process).
       instance_id: unique per process; it prefixes every holder id in Redis.
+      adaptive: obey the shared adaptive limit stored at ``limit_key`` when it is lower.
+      instances_key: the instance registry's key, whose live count every reply carries.
     """
 
     def __init__(
-        self, link: Link, name: str, capacity: int, *, ttl_s: float, instance_id: str
+        self,
+        link: Link,
+        name: str,
+        capacity: int,
+        *,
+        ttl_s: float,
+        instance_id: str,
+        adaptive: bool = False,
+        instances_key: str | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self._link = link
         self._instance = instance_id
+        self.limit_key = link.key("sem", name, "limit")
+        self.channel = link.key("sem", name, "released")
         self._keys = [link.key("sem", name, part) for part in ("holders", "tickets", "expiry")]
-        self._channel = link.key("sem", name, "released")
+        # Without a registry, ZCOUNT of a key that never exists: the reply says 0 alive.
+        self._scan_keys = [*self._keys, self.limit_key, instances_key or self.limit_key + "!"]
+        self._channel = self.channel
+        self._adaptive = "1" if adaptive else "0"
         self._capacity = capacity
+        # The capacity in force at the last reply (the adaptive limit may be lower): what the
+        # fallback divides when Redis goes away.
+        self.seen_capacity = capacity
+        self.on_reply: ReplyObserver | None = None
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self.ttl_s = ttl_s
         # A waiting head re-asks (refreshing its ticket) well within the ticket's TTL.
@@ -250,6 +183,17 @@ class LeaseSemaphore:
         self._capacity = value
         if raised:
             self._wake()
+
+    @property
+    def held_count(self) -> int:
+        """Leases this instance holds (and renews) now."""
+        return len(self._held)
+
+    def adopt(self, holders: set[str]) -> None:
+        """Count ``holders`` as leases of this instance from now on: calls that started
+        without one (while Redis was down) and still run. Redis learns of them at the next
+        ``renew``, which adds missing leases back."""
+        self._held |= holders
 
     def statistics(self) -> LeaseStatistics:
         return LeaseStatistics(
@@ -289,12 +233,22 @@ class LeaseSemaphore:
             while True:
                 wakeup = self._wakeup  # set by a message that arrives during the attempt too
                 asked = True
-                granted, in_flight, cooldown_ms, reason = await self._link.run(
+                reply = await self._link.run(
                     ACQUIRE,
-                    [*self._keys, *cooldown_keys(self._link, scope)],
-                    [self._member(holder), self._capacity, self._ttl_ms, self._channel],
+                    [*self._scan_keys, *cooldown_keys(self._link, scope)],
+                    [
+                        self._member(holder),
+                        self._capacity,
+                        self._ttl_ms,
+                        self._channel,
+                        self._adaptive,
+                    ],
                 )
+                granted, in_flight, cooldown_ms, reason, capacity, epoch, alive = reply
                 self._in_flight_seen = int(in_flight)
+                self.seen_capacity = int(capacity)
+                if self.on_reply is not None:
+                    self.on_reply(int(capacity), int(epoch), int(alive))
                 if int(granted) == 1:
                     self._held.add(holder)
                     return Grant(

@@ -4,9 +4,11 @@
 ``SharedSlots`` (delegating to ``ClusterSlots`` once connected) and it owns, in ``run()``,
 the Redis link and every task that keeps the shared state alive -- the lease renewer and
 release listener, the instance heartbeat, the fallback probe, the publisher of this
-instance's cooldowns, and the counter of its requests for the shared retry budget. ``run()`` is started in the app's nursery before the dispatcher, so a
-job never asks for a slot before there is a link; a Redis that is down at startup is not a
-failure to start, just an instance that begins in fallback.
+instance's cooldowns, the counter of its requests for the shared retry budget, and (with
+``BATCH_ADAPTIVE``) the reporter of the cluster's adaptive limit, which replaces this
+process's own while ``run()`` runs. ``run()`` is started in the app's nursery before the
+dispatcher, so a job never asks for a slot before there is a link; a Redis that is down at
+startup is not a failure to start, just an instance that begins in fallback.
 
 Cooldowns go out through a bounded channel: ``Resilience.on_cooldown`` is called
 synchronously where the failure is classified, and must not wait for Redis. A cooldown
@@ -23,10 +25,11 @@ import trio
 
 from ..settings import Settings
 from ..upstream.resilience import Resilience
+from .adaptive import SharedAdaptiveLimit
 from .budget import SharedRetryBudget
-from .connection import ClusterConfig, ClusterUnavailable, open_link
+from .connection import ClusterConfig, ClusterUnavailable, RedisLink, open_link
 from .cooldowns import SharedCooldowns
-from .fallback import FallbackState
+from .fallback import FallbackState, Mode
 from .instances import InstanceRegistry, new_instance_id
 from .leases import LeaseSemaphore
 from .upstream_slots import ClusterSlots
@@ -65,6 +68,8 @@ class SharedState:
         self._published = 0
         self._unpublished = 0
         self._budget: SharedRetryBudget | None = None
+        self._adaptive: SharedAdaptiveLimit | None = None
+        self._link: RedisLink | None = None
         self._requests_to_count = 0
 
     # -- SharedSlots -------------------------------------------------------------------------
@@ -87,19 +92,37 @@ class SharedState:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with open_link(self._config) as link:
-            semaphore = LeaseSemaphore(
-                link, "upstream", self._cap, ttl_s=self._ttl_s, instance_id=self.instance_id
-            )
+            self._link = link
+            config = self._resilience.config
             registry = InstanceRegistry(link, self.instance_id, ttl_s=self._ttl_s)
+            semaphore = LeaseSemaphore(
+                link,
+                "upstream",
+                self._cap,
+                ttl_s=self._ttl_s,
+                instance_id=self.instance_id,
+                adaptive=config.adaptive,
+                instances_key=registry.key,
+            )
             self._semaphore, self._registry = semaphore, registry
+            if config.adaptive:
+                self._adaptive = SharedAdaptiveLimit(
+                    link,
+                    semaphore,
+                    self.fallback,
+                    maximum=self._cap,
+                    decrease_factor=config.decrease_factor,
+                )
+            semaphore.on_reply = self._observe
             self._slots = ClusterSlots(
                 semaphore,
                 self.fallback,
                 registry,
                 self._resilience,
                 fail_closed=self._fail_closed,
+                # The others' probes find Redis within about one interval of ours.
+                rejoin_s=2 * self.fallback.probe_interval_s + self._config.command_timeout_s,
             )
-            config = self._resilience.config
             self._budget = SharedRetryBudget(
                 link,
                 ratio=config.budget_ratio,
@@ -109,18 +132,41 @@ class SharedState:
             self._resilience.on_cooldown = self._tell
             self._resilience.on_request = self._count_request
             self._resilience.shared_retry = self._spend_retry
+            self._resilience.share_adaptive(self._adaptive)
             try:
                 async with trio.open_nursery() as nursery:
+                    if self._adaptive is not None:
+                        await nursery.start(self._adaptive.run)
                     await nursery.start(semaphore.run)
                     await nursery.start(registry.run)
                     await nursery.start(self.fallback.run_probe, link.ping)
                     nursery.start_soon(self._publish, SharedCooldowns(link))
                     nursery.start_soon(self._count_requests_periodically)
+                    nursery.start_soon(self._rejoin_after_outages)
                     task_status.started()
             finally:
                 self._resilience.on_cooldown = None
                 self._resilience.on_request = None
                 self._resilience.shared_retry = None
+                self._resilience.share_adaptive(None)
+
+    async def _rejoin_after_outages(self) -> None:
+        """After every return to shared, put the calls admitted locally into Redis."""
+        assert self._slots is not None
+        while True:
+            await self.fallback.wait_mode(Mode.FALLBACK)
+            await self.fallback.wait_mode(Mode.SHARED)
+            try:
+                await self._slots.rejoin()
+            except ClusterUnavailable as exc:
+                self.fallback.report_failure(exc)
+
+    def _observe(self, capacity: int, epoch: int, alive: int) -> None:
+        """Every acquire reply: the instances alive, and the cluster's limit and epoch."""
+        assert self._registry is not None
+        self._registry.observe(alive)
+        if self._adaptive is not None:
+            self._adaptive.observe(capacity, epoch)
 
     def _tell(self, scope: str | None, seconds: float, reason: str) -> None:
         try:
@@ -181,6 +227,7 @@ class SharedState:
             "fallbacks": fallback.fallbacks,
             "instances_alive": self._registry.last_seen_alive if self._registry else None,
             "cap": self._cap,
+            "cap_in_force": self._semaphore.seen_capacity if self._semaphore else self._cap,
             "in_flight_seen": leases.in_flight_seen if leases else None,
             "held_here": (leases.held if leases else 0) + (slots.held_locally if slots else 0),
             "waiting_here": leases.waiting if leases else 0,
@@ -188,4 +235,9 @@ class SharedState:
             "renew_failures": leases.renew_failures if leases else 0,
             "cooldowns_published": self._published,
             "cooldowns_unpublished": self._unpublished,
+            "adaptive_limit": self._adaptive.limit if self._adaptive is not None else None,
+            "adaptive_reports_dropped": (
+                self._adaptive.reports_dropped if self._adaptive is not None else 0
+            ),
+            "redis": self._link.round_trips() if self._link is not None else None,
         }

@@ -2,19 +2,30 @@
 semaphore, with the fallback for when Redis does not answer.
 
 Theory of operation. While Redis answers, each job's slot is a lease of the
-``LeaseSemaphore`` named ``upstream``, whose capacity is the cap (``BATCH_MAX_CONCURRENCY``,
-or the adaptive limit, which every instance sets the same way). The acquire round trip
+``LeaseSemaphore`` named ``upstream``, whose capacity is the cap (``BATCH_MAX_CONCURRENCY``),
+or the cluster's adaptive limit when that is on and lower (``adaptive.py``; the acquire
+script reads it). The acquire round trip
 also reads the cooldowns that hold the job's model (the shared one and the model's own);
 one found is adopted by this process's ``Resilience`` before the job starts, so every
 instance waits out a cooldown any of them was told of, with no extra round trip.
 
 When a command fails (down, slow past ``REDIS_TIMEOUT_S``), ``FallbackState`` switches
-this instance to its share of the cap -- the cap divided by the instances last seen alive,
-at least 1 -- through a local ``CapacityLimiter``, until a probe finds Redis again. With
-``REDIS_FAILURE=closed`` it refuses instead (503), so that the cap can never be exceeded.
-A job keeps the kind of slot it got: a release goes to where the slot came from. Leases
-taken before an outage expire by themselves (``REDIS_LEASE_TTL_S``), so the two modes
-never count a call twice for long.
+this instance to its share of the cap -- the cap in force divided by the instances last seen
+alive, at least 1 -- until a probe finds Redis again. With ``REDIS_FAILURE=closed`` it
+refuses instead (503), so that the cap can never be exceeded.
+
+Counting across the two modes. The share bounds *every* upstream call this instance has
+running, not only those admitted in fallback: the calls that took a lease before the outage
+are still running (their leases expire in Redis, not here), so they count against the share
+until they end. The other way round, when Redis answers again, the calls admitted locally
+are still running and Redis knows nothing of them: ``rejoin()`` (run by the owner on every
+return to shared) hands them to the semaphore as leases and renews at once, which puts
+them back into the global count. For ``rejoin_s`` after a return, the share still bounds
+this instance: the other instances' probes find Redis within about a probe interval of
+each other, and until they have rejoined too, their local calls are invisible in Redis.
+So at every moment the cluster's calls are at most the cap, up to the rounding of each
+share to at least 1. A job keeps the kind of slot it got: a release goes to where the slot
+came from.
 """
 
 from __future__ import annotations
@@ -49,15 +60,19 @@ class ClusterSlots:
         resilience: Resilience,
         *,
         fail_closed: bool = False,
+        rejoin_s: float = 0.0,
     ) -> None:
         self._semaphore = semaphore
         self._fallback = fallback
         self._registry = registry
         self._resilience = resilience
         self._fail_closed = fail_closed
+        self._rejoin_s = rejoin_s
+        self._rejoin_until = float("-inf")
         self._ids = itertools.count()
-        self._local = trio.CapacityLimiter(self._fallback_share())
         self._local_holders: set[str] = set()
+        self._reserved = 0  # callers between the share check and their lease
+        self._released = trio.Event()
 
     def new_holder(self) -> str:
         return f"job{next(self._ids)}"
@@ -65,14 +80,10 @@ class ClusterSlots:
     async def acquire(self, holder: str, scope: str | None = None) -> None:
         if self._fallback.shared:
             try:
-                grant = await self._semaphore.acquire(holder, scope=scope)
+                await self._lease(holder, scope)
             except ClusterUnavailable as exc:
                 self._fallback.report_failure(exc)
             else:
-                view = grant.cooldown
-                reason = _REASONS.get(view.reason or "")
-                if view.remaining_s > 0 and reason is not None:
-                    self._resilience.adopt_cooldown(scope, view.remaining_s, reason)  # type: ignore[arg-type]
                 return
         if self._fail_closed:
             raise ProxyError(
@@ -82,30 +93,58 @@ class ClusterSlots:
                 code="shared_state_unavailable",
                 headers={"Retry-After": "1"},
             )
-        self._local.total_tokens = self._fallback_share()
-        await self._local.acquire_on_behalf_of(holder)
+        await self._within_share()
         self._local_holders.add(holder)
 
+    async def _lease(self, holder: str, scope: str | None) -> None:
+        rejoining = trio.current_time() < self._rejoin_until
+        if rejoining:
+            await self._within_share()
+            self._reserved += 1
+        try:
+            grant = await self._semaphore.acquire(holder, scope=scope)
+        finally:
+            if rejoining:
+                self._reserved -= 1
+        view = grant.cooldown
+        reason = _REASONS.get(view.reason or "")
+        if view.remaining_s > 0 and reason is not None:
+            self._resilience.adopt_cooldown(scope, view.remaining_s, reason)  # type: ignore[arg-type]
+
+    async def _within_share(self) -> None:
+        """Wait until this instance runs fewer calls than its share, leases included."""
+        while (
+            self._semaphore.held_count + len(self._local_holders) + self._reserved
+            >= self._fallback_share()
+        ):
+            await self._released.wait()
+
     async def release(self, holder: str) -> None:
+        self._released.set()
+        self._released = trio.Event()
         if holder in self._local_holders:
             self._local_holders.discard(holder)
-            self._local.release_on_behalf_of(holder)
             return
         with contextlib.suppress(ClusterUnavailable):  # the lease expires by itself
             await self._semaphore.release(holder)
 
-    @property
-    def capacity(self) -> int:
-        return self._semaphore.capacity
+    async def rejoin(self) -> None:
+        """Redis answers again: the calls admitted locally become leases (renewed now, so
+        the cluster counts them), and the share keeps bounding this instance for
+        ``rejoin_s`` while the others rejoin (see the module docstring).
 
-    @capacity.setter
-    def capacity(self, value: int) -> None:
-        self._semaphore.capacity = value
-        self._local.total_tokens = self._fallback_share()
+        Raises:
+          ClusterUnavailable: the renewal failed; the next one adds them back.
+        """
+        self._rejoin_until = trio.current_time() + self._rejoin_s
+        adopted, self._local_holders = self._local_holders, set()
+        self._semaphore.adopt(adopted)
+        await self._semaphore.renew()
 
     @property
     def held_locally(self) -> int:
         return len(self._local_holders)
 
     def _fallback_share(self) -> int:
-        return fallback_share(self._semaphore.capacity, self._registry.last_seen_alive)
+        # The capacity in force at the last reply: the shared adaptive limit when it is lower.
+        return fallback_share(self._semaphore.seen_capacity, self._registry.last_seen_alive)

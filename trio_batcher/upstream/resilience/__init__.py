@@ -49,6 +49,7 @@ each request only honours its own ``retry-after`` -- what independent clients wo
 
 from __future__ import annotations
 
+from ._aimd import AdaptiveController as AdaptiveController
 from ._aimd import AdaptiveLimit as AdaptiveLimit
 from ._aimd import AdaptiveStatistics as AdaptiveStatistics
 from ._budget import RetryBudget as RetryBudget
@@ -72,6 +73,7 @@ from ._stream import StreamStart as StreamStart
 from ._stream import open_until_content as open_until_content
 
 __all__ = [
+    "AdaptiveController",
     "AdaptiveLimit",
     "AdaptiveStatistics",
     "Cooldown",

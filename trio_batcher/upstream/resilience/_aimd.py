@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import final
+from typing import Protocol, final
 
 import trio
 
-__all__ = ["AdaptiveLimit", "AdaptiveStatistics"]
+__all__ = ["AdaptiveController", "AdaptiveLimit", "AdaptiveStatistics"]
 
 
 @final
@@ -39,6 +39,25 @@ class AdaptiveStatistics:
     clean_run: int
     increases: int
     decreases: int
+
+
+class AdaptiveController(Protocol):
+    """What ``Resilience`` asks of an adaptive limit: this module's, or the cluster's
+    (``cluster/adaptive.py``), which applies the same rules to a limit shared in Redis."""
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    def on_overload(self, epoch: int) -> None: ...
+
+    def on_clean(self, epoch: int) -> None: ...
+
+    def on_failure(self, epoch: int) -> None: ...
+
+    def statistics(self) -> AdaptiveStatistics: ...
 
 
 @final

@@ -14,7 +14,7 @@ from typing import Final, TypeVar, final, get_args
 import trio
 
 from ...errors import ProxyError
-from ._aimd import AdaptiveLimit
+from ._aimd import AdaptiveController, AdaptiveLimit
 from ._budget import RetryBudget
 from ._config import ResilienceConfig
 from ._cooldown import Cooldown, CooldownReason
@@ -103,11 +103,14 @@ class Resilience:
             window=config.budget_window_s,
             min_retries=config.budget_min_retries,
         )
-        self.adaptive: AdaptiveLimit | None = None
+        self.adaptive: AdaptiveController | None = None
+        self._local_adaptive: AdaptiveLimit | None = None
         if config.adaptive:
             if limiter is None:
                 raise ValueError("adaptive concurrency needs the upstream limiter")
-            self.adaptive = AdaptiveLimit(limiter, decrease_factor=config.decrease_factor)
+            self.adaptive = self._local_adaptive = AdaptiveLimit(
+                limiter, decrease_factor=config.decrease_factor
+            )
         self._rng = rng or random.random
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
         self._requests = 0
@@ -126,6 +129,19 @@ class Resilience:
         # asked (one round trip, only when a retry is due) instead of the local budget.
         self.on_request: Callable[[], None] | None = None
         self.shared_retry: Callable[[], Awaitable[bool]] | None = None
+
+    def share_adaptive(self, controller: AdaptiveController | None) -> None:
+        """Let ``controller`` (the cluster's limit) decide instead of this process's, or
+        ``None`` to take the local one back. While shared, the local limiter is opened to the
+        cap: the shared limit is enforced where the leases are granted."""
+        if self._local_adaptive is None or self._limiter is None:
+            return
+        if controller is None:
+            self.adaptive = self._local_adaptive
+            self._limiter.total_tokens = self._local_adaptive.limit
+        else:
+            self.adaptive = controller
+            self._limiter.total_tokens = self._local_adaptive.statistics().maximum
 
     def shed_error(self, deadline: float, model: str | None = None) -> ProxyError | None:
         """The error to answer at once if a cooldown holding calls to ``model`` (the shared
