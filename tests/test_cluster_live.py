@@ -96,6 +96,14 @@ async def test_the_cap_holds_across_both_proxies_and_one_alone_can_use_all_of_it
     assert f"trio_batcher_cluster_shared{label} 1.0" in text
     assert f"trio_batcher_cluster_upstream_cap{label} {float(CAP)}" in text
     assert f"trio_batcher_cluster_instances_alive{label} 2.0" in text
+    redis_stats = cluster["redis"]
+    assert redis_stats["failures"] == 0 and redis_stats["commands"] >= 520  # 520 acquires
+    assert 0 < redis_stats["p50"] <= redis_stats["p99"]
+    p99 = redis_stats["p99"] / 1000
+    assert (
+        f'trio_batcher_cluster_redis_round_trip_seconds{{instance="{cluster["instance"]}",quantile="0.99"}} {p99}'
+        in text
+    )
 
 
 async def test_an_overload_told_to_one_proxy_holds_the_others_calls(redis: RedisServer) -> None:

@@ -22,6 +22,12 @@ _FAMILIES = (
     ("instances_alive", "instances_alive", "gauge", "Instances alive at the last heartbeat."),
     ("cap", "upstream_cap", "gauge", "The upstream cap shared by every instance."),
     (
+        "cap_in_force",
+        "upstream_cap_in_force",
+        "gauge",
+        "The cap the last lease round trip granted against (the shared adaptive limit if lower).",
+    ),
+    (
         "in_flight_seen",
         "upstream_in_flight",
         "gauge",
@@ -68,3 +74,26 @@ class ClusterCollector(Collector):
                 family = GaugeMetricFamily(PREFIX + name, doc, labels=["instance"])
             family.add_metric(instance, value)
             yield family
+        redis = cluster.get("redis")
+        if redis:
+            yield from _redis_families(instance, redis)
+
+
+def _redis_families(instance: list[str], redis: Mapping[str, Any]) -> Iterator[Metric]:
+    """Round trips as gauges of recent percentiles (seconds), and the command counters."""
+    round_trip = GaugeMetricFamily(
+        PREFIX + "redis_round_trip_seconds",
+        "Round trip of this instance's recent Redis commands, by quantile.",
+        labels=["instance", "quantile"],
+    )
+    for key, quantile in (("p50", "0.5"), ("p99", "0.99")):
+        if redis.get(key) is not None:
+            round_trip.add_metric([*instance, quantile], redis[key] / 1000)
+    yield round_trip
+    for key, doc in (
+        ("commands", "Redis commands this instance sent."),
+        ("failures", "Redis commands that failed or timed out."),
+    ):
+        family = CounterMetricFamily(PREFIX + "redis_" + key, doc, labels=["instance"])
+        family.add_metric(instance, redis[key])
+        yield family
