@@ -125,6 +125,32 @@ async def test_an_overload_told_to_one_proxy_holds_the_others_calls(redis: Redis
     assert 1.0 <= waited <= 4.0, waited  # b waited out (most of) a's two seconds
 
 
+async def test_an_overload_on_one_proxy_cuts_the_adaptive_limit_of_both(
+    redis: RedisServer,
+) -> None:
+    async with (
+        two_proxies(redis, batch_adaptive=True, upstream_coordinated_backoff=False) as (
+            a,
+            b,
+            _sim,
+        ),
+        _http() as http,
+    ):
+        assert (await http.post(f"{b}/v1/chat/completions", json=_body("hi"))).status_code == 200
+        refused = await http.post(f"{a}/v1/chat/completions", json=_body("[[sim:status=529]] busy"))
+        assert refused.status_code in (503, 529)
+        with trio.fail_after(5):  # the cut is reported at once, not at the next quarter second
+            while (await http.get(f"{a}/metrics")).json()["cluster"]["adaptive_limit"] == CAP:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        # b's next acquire reads the cluster's limit: it never saw an overload itself.
+        assert (await http.post(f"{b}/v1/chat/completions", json=_body("hi"))).status_code == 200
+        cluster = (await http.get(f"{b}/metrics")).json()["cluster"]
+        upstream = (await http.get(f"{b}/metrics")).json()["upstream"]
+    cut = int(CAP * 0.9)
+    assert cluster["adaptive_limit"] == cluster["cap_in_force"] == cut
+    assert upstream["adaptive_limit"] == cut
+
+
 async def test_redis_stopped_mid_run_costs_no_5xx_and_the_cap_still_holds(
     redis: RedisServer,
 ) -> None:
