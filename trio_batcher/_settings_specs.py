@@ -292,6 +292,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         secret=True,
     ),
     SettingSpec(
+        "TENANTS_FILE",
+        "tenants_file",
+        parsers.file_path,
+        None,
+        "A TOML file of tenants (keys as SHA-256 digests, weights, rate limits, budgets, "
+        "models); reloaded on SIGHUP or when it changes. `trio-batcher keys add` edits it.",
+    ),
+    SettingSpec(
         "CORS_ALLOW_ORIGINS",
         "cors_allow_origins",
         parsers.web_origins,

@@ -1,4 +1,5 @@
-"""``trio-batcher``: serve the proxy, run the simulated upstream, or benchmark both.
+"""``trio-batcher``: serve the proxy, run the simulated upstream, benchmark both, or manage
+tenants' keys (``keys``).
 
 Configuration errors end the process with exit code 2 and one line on stderr naming the
 variable or flag and the problem -- never a traceback -- so a typo in a deployment's
@@ -24,6 +25,7 @@ from .bench import add_bench_parser, run_bench
 from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
+from .tenants.keys_cli import add_keys_parser, run_keys
 from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
 
 _PROG: Final = "trio-batcher"
@@ -156,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulator_flags(simulate, "")
 
     add_bench_parser(sub)
+    add_keys_parser(sub)
     # argparse derives dest names with underscores; keep the prefix scheme uniform.
     return parser
 
@@ -370,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             trio.run(_simulate, args)
         elif args.command == "bench":
             raise SystemExit(run_bench(args))
+        elif args.command == "keys":
+            raise SystemExit(run_keys(args))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (OSError, BaseExceptionGroup) as exc:

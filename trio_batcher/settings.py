@@ -25,6 +25,7 @@ from ._settings_specs import MIB
 from ._settings_specs import SPECS as SPECS
 from ._settings_specs import SettingSpec as SettingSpec
 from .observatory.pricing import load_pricing
+from .tenants.keys_file import TenantsFileError, read_tenants_file
 
 
 @final
@@ -77,6 +78,7 @@ class Settings:
     redis_timeout_s: float = 0.5
     redis_failure: str = "share"
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    tenants_file: str | None = None
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB
 
@@ -126,6 +128,11 @@ class Settings:
                 load_pricing(self.pricing_file)
             except ValueError as exc:
                 raise SettingsError("PRICING_FILE", str(exc)) from None
+        if self.tenants_file is not None:
+            try:
+                read_tenants_file(self.tenants_file)
+            except TenantsFileError as exc:
+                raise SettingsError("TENANTS_FILE", str(exc)) from None
         if self.batch_adaptive and not self.batch_enabled:
             raise SettingsError(
                 "BATCH_ADAPTIVE",
