@@ -140,6 +140,7 @@ def test_empty_snapshot_is_well_formed_with_null_percentiles(registry: MetricsRe
         "mean_size": None,
     }
     assert snap["by_model"] == {}
+    assert snap["by_tenant"] == {}
     empty = {"p50": None, "p95": None, "p99": None, "max": None, "sample_count": 0}
     assert snap["timing"] == {
         "queue_ms": empty,

@@ -244,3 +244,116 @@ def test_openmetrics_is_served_when_the_scraper_asks_for_it(registry: MetricsReg
     requests = families["trio_batcher_requests"]
     assert sum(s.value for s in requests.samples if s.name.endswith("_total")) == 7
     assert exporter.render("text/plain")[1].startswith("text/plain; version=0.0.4")
+
+
+# -- per tenant ---------------------------------------------------------------------------------
+
+
+def record_tenants(registry: MetricsRegistry) -> None:
+    cheap = {"input_tokens": 10, "output_tokens": 20}
+    registry.record_success(SONNET, cheap, Timing(total=0.2, queue=0.01, upstream=0.15), tenant="a")
+    registry.record_success(
+        HAIKU,
+        {"input_tokens": 5, "output_tokens": 5, "cache_read_input_tokens": 100},
+        Timing(total=1.5, queue=0.5, upstream_ttfb=0.2, ttft=0.7, upstream=0.9),
+        stream=True,
+        tenant="b",
+    )
+    registry.record_success("gpt-4o", cheap, Timing(total=0.1, upstream=0.05), tenant="b")
+    registry.record_error(SONNET, 529, Timing(total=0.3, upstream=0.2), tenant="a")
+    registry.record_error(None, 400, Timing(total=0.001))
+    for reason, tenant in (
+        ("tenant_queue_full", "a"),
+        ("tenant_queue_full", "a"),
+        ("rate_limited", "b"),
+        ("insufficient_quota", "b"),
+        ("queue_full", None),
+    ):
+        registry.record_rejected(reason, tenant=tenant)
+
+
+def test_tenant_families_agree_with_by_tenant() -> None:
+    registry = MetricsRegistry(
+        window=4, pricing=load_pricing(None), known_tenants=lambda: frozenset("ab")
+    )
+    record_tenants(registry)
+    samples, types = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    snap = registry.snapshot(GAUGES)
+    assert set(snap["by_tenant"]) == {"a", "b", "(other)"}
+
+    assert types["trio_batcher_tenant_requests"] == "counter"
+    assert types["trio_batcher_tenant_rejected"] == "counter"
+    assert types["trio_batcher_tenant_duration_seconds"] == "histogram"
+    for tenant, row in snap["by_tenant"].items():
+        for status, count in row["requests"]["by_status"].items():
+            got = total(samples, "trio_batcher_tenant_requests_total", tenant=tenant, status=status)
+            assert got == count, (tenant, status)
+        for reason, count in row["shed"]["by_reason"].items():
+            got = total(samples, "trio_batcher_tenant_rejected_total", tenant=tenant, reason=reason)
+            assert got == count, (tenant, reason)
+        for kind, count in row["tokens"].items():
+            assert total(samples, "trio_batcher_tenant_tokens_total", tenant=tenant, kind=kind) == (
+                count
+            )
+        assert total(samples, "trio_batcher_tenant_cost_usd_total", tenant=tenant) == (
+            pytest.approx(row["estimated_cost_usd"], rel=1e-12)
+        )
+        assert (
+            total(samples, "trio_batcher_tenant_unpriced_requests_total", tenant=tenant)
+            == (row["unpriced_requests"])
+        )
+        for part in ("total", "queue", "upstream_ttfb", "ttft", "upstream", "overhead"):
+            count = total(
+                samples, "trio_batcher_tenant_duration_seconds_count", tenant=tenant, part=part
+            )
+            assert count >= row["timing"][f"{part}_ms"]["sample_count"], (tenant, part)
+    # The tenant breakdown covers every request and every shed one, once.
+    assert total(samples, "trio_batcher_tenant_requests_total") == total(
+        samples, "trio_batcher_requests_total"
+    )
+    assert total(samples, "trio_batcher_tenant_rejected_total") == total(
+        samples, "trio_batcher_rejected_total"
+    )
+    assert total(samples, "trio_batcher_tenant_cost_usd_total") == pytest.approx(
+        total(samples, "trio_batcher_cost_usd_total"), rel=1e-12
+    )
+    assert total(samples, "trio_batcher_tenant_unpriced_requests_total", tenant="b") == 1
+    b = {
+        labels["le"]: value
+        for labels, value in samples["trio_batcher_tenant_duration_seconds_bucket"]
+        if labels["tenant"] == "b" and labels["part"] == "ttft"
+    }
+    assert (b["0.5"], b["1.0"], b["+Inf"]) == (0, 1, 1)
+
+
+def test_tenant_label_values_are_only_configured_names_and_other() -> None:
+    registry = MetricsRegistry(
+        window=4, pricing=load_pricing(None), known_tenants=lambda: frozenset({"team-a"})
+    )
+    registry.record_success(SONNET, {"output_tokens": 1}, Timing(total=0.1), tenant="team-a")
+    for i in range(200):  # strings nobody configured: a bug upstream must not explode labels
+        registry.record_success(SONNET, {}, Timing(total=0.1), tenant=f"sk-proxy-key-{i}")
+        registry.record_rejected("rate_limited", tenant=f"sk-proxy-key-{i}")
+    body, _ = PrometheusExporter(registry, lambda: GAUGES).render()
+    samples, _ = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    labels = {
+        labels["tenant"]
+        for name, rows in samples.items()
+        if name.startswith("trio_batcher_tenant_")
+        for labels, _ in rows
+    }
+    assert labels == {"team-a", "(other)"}
+    assert b"sk-proxy-key" not in body
+    assert total(samples, "trio_batcher_tenant_requests_total", tenant="(other)") == 200
+    assert total(samples, "trio_batcher_tenant_rejected_total", tenant="(other)") == 200
+
+
+def test_without_tenants_the_tenant_families_hold_one_other_series(
+    registry: MetricsRegistry,
+) -> None:
+    record_a_mix(registry)
+    samples, _ = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    tenants = {labels["tenant"] for labels, _ in samples["trio_batcher_tenant_requests_total"]}
+    assert tenants == {"(other)"}
+    assert total(samples, "trio_batcher_tenant_requests_total") == 7
+    assert total(samples, "trio_batcher_tenant_rejected_total", tenant="(other)") == 3

@@ -137,6 +137,37 @@ def assert_metrics_shown(opened: Opened, snap: dict[str, Any]) -> None:
             assert_shows(opened, f"timing-{key}-p50", part["p50"], 2)
     for chart in ("chart-latency", "chart-timing", "chart-inflight", "chart-rates"):
         assert opened.page.locator(f"svg[data-testid={chart}] path").count() > 0, chart
+    assert_tenants_shown(opened, snap.get("by_tenant"))
+
+
+def assert_tenants_shown(opened: Opened, by_tenant: dict[str, Any] | None) -> None:
+    """The tenant table shows ``by_tenant`` (cost and shed rate per tenant), or, when at most
+    one tenant has traffic, is hidden behind a one-line note."""
+    active = {
+        name: t
+        for name, t in (by_tenant or {}).items()
+        if t["requests"]["total"] + t["shed"]["total"]
+    }
+    note = opened.page.get_by_test_id("tenants-none")
+    body = opened.page.locator("#tenants-body")
+    if len(active) < 2:
+        assert note.is_visible() and not body.is_visible()
+        return
+    assert body.is_visible() and not note.is_visible()
+    for name, t in active.items():
+        assert opened.number(f"tenant-requests-{name}") == t["requests"]["total"], name
+        assert opened.number(f"tenant-errors-{name}") == t["requests"]["error"], name
+        assert opened.number(f"tenant-shed-{name}") == t["shed"]["total"], name
+        rate = 100 * t["shed"]["total"] / (t["requests"]["total"] + t["shed"]["total"])
+        assert_shows(opened, f"tenant-shed-rate-{name}", rate, 1)
+        assert_shows(opened, f"tenant-bar-shed-{name}", rate, 1)
+        for testid in (f"tenant-cost-{name}", f"tenant-bar-cost-{name}"):
+            shown, cost = opened.number(testid), t["estimated_cost_usd"]
+            assert math.isclose(shown, cost, rel_tol=0.005, abs_tol=1e-9), (testid, shown, cost)
+        latency = t["timing"]["total_ms"]
+        if latency["p95"] is not None:
+            assert_shows(opened, f"tenant-p50-{name}", latency["p50"], 1)
+            assert_shows(opened, f"tenant-p95-{name}", latency["p95"], 1)
 
 
 def assert_report_shown(opened: Opened, report: dict[str, Any]) -> None:

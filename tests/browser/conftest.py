@@ -10,7 +10,7 @@ needs neither. Install: ``pip install playwright`` and Debian's ``chromium`` (ne
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
 import pytest
@@ -51,13 +51,23 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def open_page(browser: Any) -> Iterator[Callable[..., Opened]]:
-    """``open_page(url)`` → an :class:`Opened` page, loaded until the page marks itself ready."""
+    """``open_page(url)`` → an :class:`Opened` page, loaded until the page marks itself ready.
+
+    ``routes``: URL glob → Playwright route handler, installed before the page loads (to
+    answer a request with a document the test made).
+    """
     contexts: list[Any] = []
 
-    def opener(url: str, ready: str = "body[data-ready='1']") -> Opened:
+    def opener(
+        url: str,
+        ready: str = "body[data-ready='1']",
+        routes: Mapping[str, Callable[[Any], None]] | None = None,
+    ) -> Opened:
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         contexts.append(context)
         page = context.new_page()
+        for pattern, handler in (routes or {}).items():
+            page.route(pattern, handler)
         opened = Opened(page)
         page.on(
             "console",

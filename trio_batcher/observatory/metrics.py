@@ -24,12 +24,16 @@ Requests the proxy refused before doing any work (``record_rejected``) are count
 they are outside ``requests`` and outside every latency sample, so shedding load cannot make
 the latency percentiles look better.
 
+Three breakdowns sit beside the totals, each in its own module: per model (``models``:
+names come from clients, so a name earns an entry only once the upstream answered for it),
+per front door (``surfaces``: names come from the code) and per tenant (``tenants``: names
+come from the tenants configuration, through ``known_tenants``; anything else, and no
+tenant at all, is the one ``(other)`` entry). Every finished or shed request is in exactly
+one tenant entry, so ``by_tenant`` adds up to ``requests`` and ``rejected``.
+
 Memory is bounded: windows by ``window`` (clamped to [1, 100000]), per-model entries by
-``max_models``, status codes and rejection reasons by the code that produces them. Model
-names come from clients, so a name earns its own entry only once the upstream has answered
-a request for it (or it is a model the gateway knows); until then, and past the cap, it is
-counted in the shared ``(other)`` entry. Otherwise a hundred requests naming models that do
-not exist would use up every entry and push real models out of the breakdown.
+``max_models``, per-tenant entries by ``max_tenants`` (each with its own windows), status
+codes and rejection reasons by the code that produces them.
 
 When metrics are disabled the application holds no registry at all, so nothing here runs.
 """
@@ -49,12 +53,21 @@ from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
 from .latency import Histogram, HistogramCounts
 from .latency import Timing as Timing
 from .latency import percentile as percentile
-from .pricing import ModelPrice, PriceTable, TokenUsage
+from .models import NO_MODEL as NO_MODEL
+from .models import OTHER_MODELS as OTHER_MODELS
+from .models import ModelBook, ModelTotals
+from .models import ModelStatistics as ModelStatistics
+from .pricing import PriceTable, TokenUsage
 from .snapshot import snapshot_document
 from .surfaces import SurfaceStatistics, SurfaceTotals
+from .tenants import OTHER_TENANTS as OTHER_TENANTS
+from .tenants import KnownTenants, TenantBook, TenantStatistics, no_tenants
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "NO_MODEL",
+    "OTHER_MODELS",
+    "OTHER_TENANTS",
     "WINDOW_MAX",
     "WINDOW_MIN",
     "Gauges",
@@ -62,16 +75,13 @@ __all__ = [
     "MetricsRegistry",
     "MetricsStatistics",
     "ModelStatistics",
+    "TenantStatistics",
     "Timing",
     "percentile",
 ]
 
 WINDOW_MIN: Final = 1
 WINDOW_MAX: Final = 100_000
-NO_MODEL: Final = "(none)"
-OTHER_MODELS: Final = "(other)"
-_RESERVED: Final = frozenset({NO_MODEL, OTHER_MODELS})
-_MAX_MODEL_NAME: Final = 128
 _WINDOW_REASONS: Final = ("size", "time", "drain")
 
 
@@ -89,21 +99,6 @@ class Gauges:
     trio_tasks: int | None = None
     # The garbage collector's pauses so far (``gc_pauses``).
     gc: GcStatistics | None = None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ModelStatistics:
-    """All-time totals for one model name (or ``(none)`` / ``(other)``)."""
-
-    requests: int
-    errors: int
-    input_tokens: int
-    output_tokens: int
-    cache_read: int
-    cache_write: int
-    cost_usd: Decimal
-    priced: bool
 
 
 @final
@@ -137,47 +132,7 @@ class MetricsStatistics:
     histograms: Mapping[str, HistogramCounts]
     started_at: float  # Unix time
     by_surface: Mapping[str, SurfaceStatistics] = field(default_factory=dict)
-
-
-class _ModelTotals:
-    __slots__ = (
-        "cache_read",
-        "cache_write",
-        "cost",
-        "errors",
-        "input",
-        "output",
-        "price",
-        "priced",
-        "requests",
-        "shared",
-    )
-
-    def __init__(self, price: ModelPrice | None, *, priced: bool, shared: bool = False) -> None:
-        self.price = price
-        self.priced = priced
-        self.shared = shared  # the (other) entry: many names, so no single price
-        self.requests = self.errors = 0
-        self.input = self.output = self.cache_read = self.cache_write = 0
-        self.cost = Decimal(0)
-
-    def add_tokens(self, tokens: TokenUsage) -> None:
-        self.input += tokens.input
-        self.output += tokens.output
-        self.cache_read += tokens.cache_read
-        self.cache_write += tokens.cache_write
-
-    def frozen(self) -> ModelStatistics:
-        return ModelStatistics(
-            requests=self.requests,
-            errors=self.errors,
-            input_tokens=self.input,
-            output_tokens=self.output,
-            cache_read=self.cache_read,
-            cache_write=self.cache_write,
-            cost_usd=self.cost,
-            priced=self.priced,
-        )
+    by_tenant: Mapping[str, TenantStatistics] = field(default_factory=dict)
 
 
 @final
@@ -190,6 +145,8 @@ class MetricsRegistry:
       max_models: distinct model names tracked individually; later ones share ``(other)``.
       known_model: whether a name is a real model before the upstream has answered for it
         (the bundled catalogue), so an outage right after start still shows per model.
+      known_tenants: the configured tenant names (``by_tenant``); see :attr:`known_tenants`.
+      max_tenants: distinct tenant names tracked individually; later ones share ``(other)``.
       clock: monotonic seconds, for ``uptime_s`` (tests inject one).
     """
 
@@ -200,13 +157,16 @@ class MetricsRegistry:
         pricing: PriceTable,
         max_models: int = 100,
         known_model: Callable[[str], bool] = lambda _: False,
+        known_tenants: KnownTenants = no_tenants,
+        max_tenants: int = 100,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.window: Final = max(WINDOW_MIN, min(WINDOW_MAX, window))
         self.pricing: Final = pricing
-        self._max_models = max(1, max_models)
-        self._known_model = known_model
-        self._named_models = 0  # entries of their own, (none) and (other) aside
+        self._models = ModelBook(pricing, max_models=max_models, known_model=known_model)
+        self._tenants = TenantBook(
+            self.window, known_tenants=known_tenants, max_tenants=max_tenants
+        )
         self._clock = clock
         self._started_mono = clock()
         self._started_wall = time.time()
@@ -214,10 +174,9 @@ class MetricsRegistry:
 
         self._requests: dict[tuple[str, str], int] = {}
         self._success = self._errors = self._streamed = 0
-        self._models: dict[str, _ModelTotals] = {}
-        self._all = _ModelTotals(None, priced=True)  # tokens and cost over every model
+        self._all = ModelTotals(None, priced=True)  # tokens and cost over every model
         # requests whose usage has no price: successes, and streams that broke after usage
-        self._unpriced = _ModelTotals(None, priced=False)
+        self._unpriced = ModelTotals(None, priced=False)
         self._rejected: dict[str, int] = {}
         self._windows: dict[str, int] = dict.fromkeys(_WINDOW_REASONS, 0)
         self._windowed_requests = 0
@@ -227,6 +186,18 @@ class MetricsRegistry:
             name: deque(maxlen=self.window)
             for name in ("total", "queue", "upstream_ttfb", "ttft", "upstream", "overhead")
         }
+
+    @property
+    def known_tenants(self) -> KnownTenants:
+        """The configured tenant names: a callable, asked (under the registry's lock) the
+        first time each name is recorded, so a reload that adds a tenant is seen at its
+        first request. Keep it cheap, e.g. ``lambda: watcher.directory.names()``."""
+        return self._tenants.known_tenants
+
+    @known_tenants.setter
+    def known_tenants(self, known_tenants: KnownTenants) -> None:
+        with self._lock:
+            self._tenants.known_tenants = known_tenants
 
     # -- recording -------------------------------------------------------------------------
 
@@ -238,10 +209,12 @@ class MetricsRegistry:
         *,
         stream: bool = False,
         surface: str | None = None,
+        tenant: str | None = None,
     ) -> None:
         """Count a request answered from upstream: latency, tokens, and cost if priced.
 
         ``surface``: the door it came in by, counted apart as well (``by_surface``).
+        ``tenant``: whose request it was (``by_tenant``; None or unknown: ``(other)``).
         """
         with self._lock:
             entry = self._count_request(model, "200", timing, stream, answered=True)
@@ -252,6 +225,7 @@ class MetricsRegistry:
                 self._surface(surface).record(
                     "200", timing, stream=stream, tokens=tokens, cost=cost
                 )
+            self._tenants.record(tenant, "200", timing, stream=stream, tokens=tokens, cost=cost)
 
     def record_error(
         self,
@@ -262,9 +236,13 @@ class MetricsRegistry:
         stream: bool = False,
         usage: Mapping[str, Any] | None = None,
         surface: str | None = None,
+        tenant: str | None = None,
     ) -> None:
         """Count a request that ended in an error: latency, and tokens and cost only for
-        ``usage`` the upstream reported before it ended (a stream its client left)."""
+        ``usage`` the upstream reported before it ended (a stream its client left).
+
+        ``surface``, ``tenant``: as for :meth:`record_success`.
+        """
         with self._lock:
             # Usage means the upstream took the request: the name is a real model.
             answered = bool(usage) and model is not None
@@ -279,6 +257,9 @@ class MetricsRegistry:
                 self._surface(surface).record(
                     str(status), timing, stream=stream, tokens=tokens, cost=cost
                 )
+            self._tenants.record(
+                tenant, str(status), timing, stream=stream, tokens=tokens, cost=cost
+            )
 
     def record_call(self, surface: str, status: int, timing: Timing) -> None:
         """Count a call that generates nothing (``count_tokens``): under its surface only,
@@ -292,7 +273,7 @@ class MetricsRegistry:
             entry = self._surfaces[name] = SurfaceTotals(self.window)
         return entry
 
-    def _spend(self, model: str, entry: _ModelTotals, tokens: TokenUsage) -> Decimal | None:
+    def _spend(self, model: str, entry: ModelTotals, tokens: TokenUsage) -> Decimal | None:
         """Add ``tokens`` to the totals; their cost, or None when unpriced."""
         entry.add_tokens(tokens)
         self._all.add_tokens(tokens)
@@ -307,13 +288,16 @@ class MetricsRegistry:
         self._unpriced.add_tokens(tokens)
         return None
 
-    def record_rejected(self, reason: str) -> None:
-        """Count a request shed before any work (queue_full, queue_timeout, shutdown, ...).
+    def record_rejected(self, reason: str, *, tenant: str | None = None) -> None:
+        """Count a request shed before any work (queue_full, queue_timeout, shutdown,
+        tenant_queue_full, rate_limited, insufficient_quota, ...).
 
-        Kept out of ``requests`` and every latency sample.
+        Kept out of ``requests`` and every latency sample. ``tenant``: whose request it
+        was (``by_tenant``; None or unknown: ``(other)``).
         """
         with self._lock:
             self._rejected[reason] = self._rejected.get(reason, 0) + 1
+            self._tenants.record_rejected(tenant, reason)
 
     def record_window(self, size: int, reason: Literal["size", "time", "drain"]) -> None:
         """Count a flushed admission window of ``size`` requests and why it flushed."""
@@ -323,8 +307,8 @@ class MetricsRegistry:
 
     def _count_request(
         self, model: str | None, status: str, timing: Timing, stream: bool, *, answered: bool
-    ) -> _ModelTotals:
-        name, entry = self._entry(model, answered=answered)
+    ) -> ModelTotals:
+        name, entry = self._models.entry(model, answered=answered)
         entry.requests += 1
         self._requests[name, status] = self._requests.get((name, status), 0) + 1
         if stream:
@@ -346,28 +330,6 @@ class MetricsRegistry:
             histograms["ttft"].observe(timing.ttft)
         return entry
 
-    def _entry(self, model: str | None, *, answered: bool) -> tuple[str, _ModelTotals]:
-        if model is None:
-            entry = self._models.get(NO_MODEL)
-            if entry is None:
-                entry = self._models[NO_MODEL] = _ModelTotals(None, priced=False)
-            return NO_MODEL, entry
-        name = model[:_MAX_MODEL_NAME]
-        if name not in _RESERVED:  # a client's "(other)" must not pose as the shared entry
-            entry = self._models.get(name)
-            if entry is not None:
-                return name, entry
-            if self._named_models < self._max_models and (answered or self._known_model(model)):
-                price = self.pricing.price_for(model)
-                entry = self._models[name] = _ModelTotals(price, priced=price is not None)
-                self._named_models += 1
-                return name, entry
-        entry = self._models.get(OTHER_MODELS)
-        if entry is None:
-            # priced until an unpriced model lands here
-            entry = self._models[OTHER_MODELS] = _ModelTotals(None, priced=True, shared=True)
-        return OTHER_MODELS, entry
-
     # -- reading ---------------------------------------------------------------------------
 
     def statistics(self) -> MetricsStatistics:
@@ -382,7 +344,7 @@ class MetricsRegistry:
             success=self._success,
             errors=self._errors,
             streamed=self._streamed,
-            by_model={name: entry.frozen() for name, entry in self._models.items()},
+            by_model=self._models.statistics(),
             input_tokens=everything.input,
             output_tokens=everything.output,
             cache_read=everything.cache_read,
@@ -399,6 +361,7 @@ class MetricsRegistry:
             histograms={name: h.counts() for name, h in self._histograms.items()},
             started_at=self._started_wall,
             by_surface={name: entry.statistics() for name, entry in self._surfaces.items()},
+            by_tenant=self._tenants.statistics(),
         )
 
     def snapshot(self, gauges: Gauges | None = None) -> dict[str, Any]:
@@ -411,11 +374,13 @@ class MetricsRegistry:
             stats = self._statistics()
             samples = {name: list(values) for name, values in self._samples.items()}
             surface_samples = {name: entry.samples() for name, entry in self._surfaces.items()}
+            tenant_samples = self._tenants.samples()
             uptime = self._clock() - self._started_mono
         return snapshot_document(
             stats,
             samples,
             surface_samples,
+            tenant_samples,
             window=self.window,
             uptime=uptime,
             pricing=self.pricing,

@@ -24,13 +24,11 @@ from prometheus_client.metrics_core import (
 
 from ..upstream.resilience import ResilienceStatistics
 from .gc_pauses import GcStatistics
-from .metrics import Gauges, HistogramCounts, MetricsRegistry
+from .metrics import Gauges, MetricsRegistry
+from .prometheus_breakdown import PREFIX, buckets, surface_families, tenant_families
 from .prometheus_cluster import ClusterCollector
-from .surfaces import SurfaceStatistics
 
 __all__ = ["PrometheusExporter"]
-
-PREFIX = "trio_batcher_"
 
 # registry key -> (metric name, help)
 _HISTOGRAMS = (
@@ -142,7 +140,7 @@ class _RegistryCollector:
         for key, name, doc in _HISTOGRAMS:
             histogram = HistogramMetricFamily(PREFIX + name, doc)
             counts = stats.histograms[key]
-            histogram.add_metric([], _buckets(counts), counts.sum)
+            histogram.add_metric([], buckets(counts), counts.sum)
             yield histogram
 
         gauges = self._gauges_fn()
@@ -170,56 +168,14 @@ class _RegistryCollector:
         if self._upstream_fn is not None:
             yield from _upstream_families(self._upstream_fn())
 
-        yield from _surface_families(stats.by_surface)
+        yield from surface_families(stats.by_surface)
+        yield from tenant_families(stats.by_tenant)
 
         yield GaugeMetricFamily(
             PREFIX + "start_time_seconds",
             "When this registry started, Unix time; a change means the counters reset.",
             value=stats.started_at,
         )
-
-
-def _surface_families(by_surface: Mapping[str, SurfaceStatistics]) -> Iterator[Metric]:
-    """Each front door apart: requests, tokens, cost and the timing split per surface."""
-    requests = CounterMetricFamily(
-        PREFIX + "surface_requests",
-        "Requests by front door (openai.chat, anthropic.messages, ...) and HTTP status; "
-        "count_tokens calls are counted here only.",
-        labels=["surface", "status"],
-    )
-    tokens = CounterMetricFamily(
-        PREFIX + "surface_tokens",
-        "Tokens reported by the upstream, by front door and kind.",
-        labels=["surface", "kind"],
-    )
-    cost = CounterMetricFamily(
-        PREFIX + "surface_cost_usd",
-        "Estimated spend in USD by front door (priced models only).",
-        labels=["surface"],
-    )
-    duration = HistogramMetricFamily(
-        PREFIX + "surface_duration_seconds",
-        "Where each request's time went, by front door and part (total, queue, upstream, "
-        "overhead).",
-        labels=["surface", "part"],
-    )
-    for surface, entry in sorted(by_surface.items()):
-        for status, count in sorted(entry.requests.items()):
-            requests.add_metric([surface, status], count)
-        for kind, value in (
-            ("input", entry.input_tokens),
-            ("output", entry.output_tokens),
-            ("cache_read", entry.cache_read),
-            ("cache_write", entry.cache_write),
-        ):
-            tokens.add_metric([surface, kind], value)
-        cost.add_metric([surface], float(entry.cost_usd))
-        for part, counts in entry.histograms.items():
-            duration.add_metric([surface, part], _buckets(counts), counts.sum)
-    yield requests
-    yield tokens
-    yield cost
-    yield duration
 
 
 def _upstream_families(stats: ResilienceStatistics) -> Iterator[Metric]:
@@ -265,11 +221,6 @@ def _upstream_families(stats: ResilienceStatistics) -> Iterator[Metric]:
         "How long the longest open upstream cooldown still holds new calls.",
         value=stats.cooldown_remaining,
     )
-
-
-def _buckets(counts: HistogramCounts) -> list[tuple[str, float]]:
-    bounds = [repr(float(bound)) for bound in counts.bounds] + ["+Inf"]
-    return list(zip(bounds, map(float, counts.cumulative), strict=True))
 
 
 class PrometheusExporter:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .latency import percentile_ms, summary_ms
 from .pricing import PriceTable
 from .surfaces import surface_snapshot
+from .tenants import tenant_snapshot
 
 if TYPE_CHECKING:
     from .metrics import Gauges, MetricsStatistics
@@ -25,6 +26,7 @@ def snapshot_document(
     stats: MetricsStatistics,
     samples: dict[str, list[float]],
     surface_samples: Mapping[str, Mapping[str, list[float]]],
+    tenant_samples: Mapping[str, Mapping[str, list[float]]],
     *,
     window: int,
     uptime: float,
@@ -121,6 +123,10 @@ def snapshot_document(
         "by_surface": {
             name: surface_snapshot(stats.by_surface[name], surface_samples[name])
             for name in sorted(stats.by_surface)
+        },
+        "by_tenant": {
+            name: tenant_snapshot(stats.by_tenant[name], tenant_samples[name])
+            for name in sorted(stats.by_tenant)
         },
         "started_at": datetime.fromtimestamp(stats.started_at, UTC).isoformat(
             timespec="milliseconds"

@@ -8,6 +8,9 @@ all-time histograms and as percentiles over the same recent window the totals us
 
 Memory is bounded: surfaces are named by the code (one per door), never by a client, and
 each keeps ``window`` recent samples per timing part.
+
+``SurfaceTotals`` is the observatory's one "requests of a kind" counter: the per-tenant
+breakdown (``tenants``) keeps one per tenant, with more timing parts.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from typing import Any, Final, final
 from .latency import Histogram, HistogramCounts, Timing, summary_ms
 from .pricing import TokenUsage
 
-__all__ = ["SurfaceStatistics", "SurfaceTotals"]
+__all__ = ["PARTS", "SurfaceStatistics", "SurfaceTotals", "surface_snapshot"]
 
-# The timing parts kept per surface, each as a histogram and a window of samples.
+# The timing parts kept per surface, each as a histogram and a window of samples; each is
+# the name of a ``Timing`` attribute.
 PARTS: Final = ("total", "queue", "upstream", "overhead")
 
 
@@ -40,20 +44,40 @@ class SurfaceStatistics:
     cache_read: int
     cache_write: int
     cost_usd: Decimal
-    histograms: Mapping[str, HistogramCounts]  # PARTS -> histogram
+    histograms: Mapping[str, HistogramCounts]  # part -> histogram, in the parts' order
+    # requests whose usage had no price (their tokens are counted, their cost is not)
+    unpriced_requests: int = 0
 
 
 @final
 class SurfaceTotals:
-    """One surface's counters; the registry calls ``record`` under its own lock."""
+    """One surface's counters; the registry calls ``record`` under its own lock.
 
-    def __init__(self, window: int) -> None:
+    Args:
+      window: recent samples kept per timing part.
+      parts: the timing parts kept, each a ``Timing`` attribute name.
+    """
+
+    __slots__ = (
+        "_cost",
+        "_errors",
+        "_histograms",
+        "_parts",
+        "_requests",
+        "_samples",
+        "_streamed",
+        "_tokens",
+        "_unpriced",
+    )
+
+    def __init__(self, window: int, parts: tuple[str, ...] = PARTS) -> None:
+        self._parts = parts
         self._requests: dict[str, int] = {}
-        self._errors = self._streamed = 0
+        self._errors = self._streamed = self._unpriced = 0
         self._tokens = [0, 0, 0, 0]  # input, output, cache read, cache write
         self._cost = Decimal(0)
-        self._histograms = {part: Histogram() for part in PARTS}
-        self._samples: dict[str, deque[float]] = {part: deque(maxlen=window) for part in PARTS}
+        self._histograms = {part: Histogram() for part in parts}
+        self._samples: dict[str, deque[float]] = {part: deque(maxlen=window) for part in parts}
 
     def record(
         self,
@@ -75,15 +99,12 @@ class SurfaceTotals:
             counts[1] += tokens.output
             counts[2] += tokens.cache_read
             counts[3] += tokens.cache_write
+            if cost is None:
+                self._unpriced += 1
         if cost is not None:
             self._cost += cost
-        upstream = timing.upstream
-        for part, value in (
-            ("total", timing.total),
-            ("queue", timing.queue),
-            ("upstream", upstream),
-            ("overhead", timing.overhead),
-        ):
+        for part in self._parts:
+            value: float | None = getattr(timing, part)
             if value is not None:
                 self._histograms[part].observe(value)
                 self._samples[part].append(value)
@@ -100,6 +121,7 @@ class SurfaceTotals:
             cache_write=tokens[3],
             cost_usd=self._cost,
             histograms={part: h.counts() for part, h in self._histograms.items()},
+            unpriced_requests=self._unpriced,
         )
 
     def samples(self) -> dict[str, list[float]]:
@@ -109,7 +131,10 @@ class SurfaceTotals:
 def surface_snapshot(
     stats: SurfaceStatistics, samples: Mapping[str, list[float]]
 ) -> dict[str, Any]:
-    """One surface's entry in ``GET /metrics`` (``by_surface``); samples sorted here."""
+    """One surface's entry in ``GET /metrics`` (``by_surface``); samples sorted here.
+
+    ``timing`` has one ``<part>_ms`` summary per part ``samples`` holds, in its order.
+    """
     total = sum(stats.requests.values())
     return {
         "requests": {
@@ -126,5 +151,5 @@ def surface_snapshot(
             "cache_write": stats.cache_write,
         },
         "estimated_cost_usd": float(stats.cost_usd),
-        "timing": {f"{part}_ms": summary_ms(sorted(samples[part])) for part in PARTS},
+        "timing": {f"{part}_ms": summary_ms(sorted(values)) for part, values in samples.items()},
     }
