@@ -1,33 +1,75 @@
-"""The admission gate (backpressure): a bounded number of requests in flight, a bounded FIFO queue.
+"""The admission gate (backpressure): bounded slots in flight, a bounded queue, fair by tenant.
 
 Theory of operation
 -------------------
-State: ``_active`` slots held, and ``_waiters``, an insertion-ordered dict used as a FIFO queue
-of parked acquirers (at most ``max_queue``).
+State: ``_active`` slots held, and a :class:`~.fair_queue.FairQueue` of parked acquirers (at
+most ``max_queue`` in all): one FIFO per tenant. An acquirer names its tenant with a
+:class:`TenantShare` (name, weight, optional ``max_inflight`` and ``max_queue`` shares); one
+that names none belongs to ``DEFAULT_TENANT``, so a gate nobody names a tenant to is exactly
+one FIFO queue.
 
 Invariants.
+
 1. ``_active`` counts slots that exist and are not released -- including a slot handed to a
-   waiter that has not woken up yet. So ``_active <= max_inflight`` always (when enabled).
-2. A slot is never free while someone waits: ``release()`` hands the slot straight to the
-   oldest waiter (``_active`` unchanged) and only frees it when nobody waits. Newcomers are
-   admitted immediately only if a slot is free *and* the queue is empty, so nobody overtakes.
+   waiter that has not woken up yet. So ``_active <= max_inflight`` always (when enabled), and
+   likewise each tenant's ``active`` stays within its own ``max_inflight`` share.
+2. A slot is never free while an *eligible* waiter waits -- one whose tenant is below its
+   ``max_inflight`` share. ``release()`` hands the slot straight to the next eligible waiter in
+   fair order (``_active`` unchanged) and only frees it when there is none. A newcomer takes a
+   free slot at once only if its own tenant has no waiters and is below its share; so it never
+   overtakes a waiter of its own tenant, and (by this invariant) never one of another tenant
+   who could have had the slot. Otherwise it queues.
 3. Every slot is released exactly once (``Slot.release`` is idempotent) and that release is
    the only way ``_active`` goes down.
 
-Decisions are synchronous: ``acquire()`` raises ``Shed("queue_full")`` or
-``Shed("shutdown")`` before its first ``await``, so a shed costs no scheduling round-trip.
+Fair order: self-clocked fair queuing (SCFQ, Golestani 1994), counted in admissions. The gate
+keeps a virtual time ``V``. Each tenant with eligible waiters has a tag for its oldest waiter:
+``V + 1/weight`` when the tenant becomes eligible (its first waiter, or it drops below its
+``max_inflight`` share), then the previous tag ``+ 1/weight`` after each admission while it
+stays eligible. A slot goes to the smallest tag, ties to the waiter that arrived first, and
+``V`` becomes that tag. So with weights 3:1 and both tenants backlogged the admissions run
+A A A B A A A B ... exactly (A A B A A A B ... if B's waiters came first), and 1:1
+alternates. A tenant that idled, or sat at its own share, re-enters at the current ``V``: it
+banks no credit and gets no burst. What a client can rely on: over any stretch in which
+tenants ``i`` and ``j`` both have eligible waiters, their admissions ``n`` satisfy
+``|n_i / w_i - n_j / w_j| <= 1 / w_i + 1 / w_j``; and a waiter whose tenant had no waiters
+is admitted after at most ``floor(w_j / w_i) + 1`` admissions of each other tenant ``j`` (two
+for equal weights: ``j``'s head, and ``j``'s next if it ties and arrived first). Fairness is
+in admissions, not slot-seconds: a tenant whose requests run long holds its slots longer,
+which its ``max_inflight`` share bounds. Immediate grants (nobody of the tenant waiting, a
+slot free) do not touch ``V``: the order only exists while the gate queues.
+
+Why not deficit round robin: DRR is O(1) per admission only when every quantum is at least one
+request. With a weight below one, a tenant needs several rounds to earn one admission, so a
+hand-off may sweep the round many times; scaling all quanta up to avoid that makes the bursts
+as long as the largest weight. SCFQ costs O(log n) in the tenants with waiters for any
+weights, its order is fixed by one tag per tenant, and ``V`` is kept in integer ticks
+(``fair_queue.VIRTUAL_UNIT``), so equal shares tie exactly and the order never drifts with
+floating-point rounding.
+
+Shares. A tenant at its ``max_inflight`` share is not eligible: its waiters wait while freed
+slots go to other tenants, and its own next release re-admits it. A tenant whose own queue is
+at its ``max_queue`` share is shed with ``"tenant_queue_full"`` (checked first: it touches no
+one else); the gate's ``max_queue`` in total still sheds ``"queue_full"``.
+
+Decisions are synchronous: ``acquire()`` raises ``Shed`` before its first ``await``, so a shed
+costs no scheduling round-trip. The uncontended path (a slot free, no waiter of one's own
+tenant) is a dict lookup and an identity check more than a plain counter, when a caller passes
+the same ``TenantShare`` object for a tenant each time (an equal but new one costs a
+comparison). The gate keeps each tenant name's state for its lifetime: the caller bounds the
+names.
 
 Ownership. The gate owns no tasks. A ``Slot`` carries no task identity: the handler that
 acquired it may pass it to the streaming response generator, which releases it.
 
-Cancellation. A waiter that is cancelled (or times out) removes itself from the queue. The
-race: ``release()`` may hand a slot to a waiter in the same tick in which that waiter was
-cancelled -- trio has already scheduled it to resume with ``Cancelled`` but it is still in
-the queue. The waiter then finds the slot in ``waiter.slot`` when it resumes: on an outer
-cancellation it releases it (handing it on to the next waiter, or freeing it) before
-re-raising; on its own ``acquire_timeout`` it keeps it, since it was admitted in time.
-``close()`` wakes every waiter with ``Shed("shutdown")``; slots already held stay held until
-released, and ``wait_idle()`` returns when the last one is.
+Cancellation. A waiter that is cancelled (or times out) removes itself from its tenant's queue
+(the tenant's next waiter keeps the tag). The race: ``release()`` may hand a slot to a waiter
+in the same tick in which that waiter was cancelled -- trio has already scheduled it to resume
+with ``Cancelled`` but it is still queued. The waiter then finds the slot in ``waiter.slot``
+when it resumes: on an outer cancellation it releases it (handing it on in fair order, or
+freeing it) before re-raising; on its own ``acquire_timeout`` it keeps it, since it was
+admitted in time. ``close()`` wakes every waiter with ``Shed("shutdown")``; slots already held
+stay held until released, and ``wait_idle()`` returns when the last one is.
 """
 
 from __future__ import annotations
@@ -36,14 +78,24 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Literal, TypeAlias, final
+from typing import final
 
 import trio
 
-__all__ = ["AdmissionGate", "GateStatistics", "Shed", "ShedReason", "Slot"]
+from .fair_queue import DEFAULT_TENANT, SHED_REASONS, FairQueue, ShedReason, Tenant, TenantShare
 
-ShedReason: TypeAlias = Literal["queue_full", "queue_timeout", "shutdown"]
-_REASONS: tuple[ShedReason, ...] = ("queue_full", "queue_timeout", "shutdown")
+__all__ = [
+    "DEFAULT_TENANT",
+    "AdmissionGate",
+    "GateStatistics",
+    "Shed",
+    "ShedReason",
+    "Slot",
+    "TenantShare",
+    "TenantStatistics",
+]
+
+_BASE_REASONS: tuple[ShedReason, ...] = ("queue_full", "queue_timeout", "shutdown")
 
 
 @final
@@ -51,20 +103,41 @@ class Shed(Exception):
     """The gate refused a request; the HTTP layer answers 429 or 503 with ``Retry-After``.
 
     Attributes:
-      reason: ``"queue_full"``, ``"queue_timeout"`` or ``"shutdown"``.
+      reason: ``"queue_full"``, ``"tenant_queue_full"``, ``"queue_timeout"`` or ``"shutdown"``.
       retry_after: suggested seconds before a retry.
+      tenant: the name of the acquirer's tenant, ``None`` when it named none.
     """
 
-    def __init__(self, reason: ShedReason, retry_after: float) -> None:
+    def __init__(self, reason: ShedReason, retry_after: float, tenant: str | None = None) -> None:
         super().__init__(f"request shed: {reason}")
         self.reason: ShedReason = reason
         self.retry_after = retry_after
+        self.tenant = tenant
+
+
+@final
+@dataclass(frozen=True)
+class TenantStatistics:
+    """One tenant's part of a snapshot: gauges, counters and the share in force."""
+
+    active: int
+    waiting: int
+    admitted_total: int
+    shed_by_reason: Mapping[str, int]
+    weight: float
+    max_inflight: int | None
+    max_queue: int | None
 
 
 @final
 @dataclass(frozen=True)
 class GateStatistics:
-    """A snapshot; ``active`` and ``waiting`` are gauges, the rest counters or configuration."""
+    """A snapshot; ``active`` and ``waiting`` are gauges, the rest counters or configuration.
+
+    ``shed_by_reason`` has ``"tenant_queue_full"`` once an acquirer has named a tenant (before
+    that it cannot happen). ``by_tenant`` has every tenant seen so far, ``DEFAULT_TENANT``'s
+    name for acquirers that named none.
+    """
 
     active: int
     waiting: int
@@ -73,6 +146,7 @@ class GateStatistics:
     shed_by_reason: Mapping[str, int]
     admitted_total: int
     closed: bool
+    by_tenant: Mapping[str, TenantStatistics]
 
 
 @final
@@ -83,17 +157,25 @@ class Slot:
     context manager that releases on exit.
     """
 
-    def __init__(self, gate: AdmissionGate) -> None:
+    __slots__ = ("_gate", "_tenant")
+
+    def __init__(self, gate: AdmissionGate, tenant: Tenant[_Waiter]) -> None:
         self._gate: AdmissionGate | None = gate
+        self._tenant = tenant
 
     def release(self) -> None:
         gate, self._gate = self._gate, None
         if gate is not None:
-            gate._release()
+            gate._release(self._tenant)
 
     @property
     def released(self) -> bool:
         return self._gate is None
+
+    @property
+    def tenant(self) -> str:
+        """The name of the tenant the slot counts against."""
+        return self._tenant.name
 
     def __enter__(self) -> Slot:
         return self
@@ -109,6 +191,8 @@ class Slot:
 
 @final
 class _Waiter:
+    __slots__ = ("shut_out", "slot", "woken")
+
     def __init__(self) -> None:
         self.woken = trio.Event()
         self.slot: Slot | None = None  # set by release(): the hand-off
@@ -117,11 +201,13 @@ class _Waiter:
 
 @final
 class AdmissionGate:
-    """Admit up to ``max_inflight`` requests; queue up to ``max_queue`` more, FIFO.
+    """Admit up to ``max_inflight`` requests; queue up to ``max_queue`` more, fair by tenant.
 
     Args:
-      max_inflight: slots; 0 disables the gate (always admits, still counts ``active``).
-      max_queue: waiters allowed at once; an acquirer beyond that is shed at once.
+      max_inflight: slots; 0 disables the gate (always admits, tenants' shares included;
+        still counts ``active``).
+      max_queue: waiters allowed at once, all tenants together; an acquirer beyond that is
+        shed at once.
       acquire_timeout: seconds a waiter waits before ``Shed("queue_timeout")`` (may be
         ``math.inf``): a safety net so a queued request cannot outwait its client.
       retry_after: the ``retry_after`` every ``Shed`` carries.
@@ -144,64 +230,89 @@ class AdmissionGate:
         self._acquire_timeout = acquire_timeout
         self._retry_after = retry_after
         self._active = 0
-        self._waiters: dict[_Waiter, None] = {}
+        self._queue: FairQueue[_Waiter] = FairQueue()
+        self._states = self._queue.tenants
+        self._default = self._queue.tenant(DEFAULT_TENANT)
+        self._named = False  # has any acquirer named a tenant?
         self._closed = False
-        self._admitted = 0
-        self._shed: dict[str, int] = dict.fromkeys(_REASONS, 0)
+        self._shed: dict[ShedReason, int] = dict.fromkeys(SHED_REASONS, 0)
         self._idle = trio.lowlevel.ParkingLot()
 
-    def acquire_nowait(self) -> Slot:
+    def acquire_nowait(self, *, tenant: TenantShare | None = None) -> Slot:
         """Take a free slot, never waiting.
 
-        Raises:
-          Shed: ``"shutdown"`` once closed; ``"queue_full"`` when no slot is free now.
-        """
-        if self._closed:
-            raise self._shed_now("shutdown")
-        if not self._slot_free():
-            raise self._shed_now("queue_full")
-        return self._grant()
-
-    async def acquire(self, deadline: float = math.inf) -> Slot:
-        """Take a slot, waiting in the FIFO queue for up to ``acquire_timeout`` if need be,
-        and never past ``deadline`` (the request's own, ``trio.current_time()`` scale).
+        Args:
+          tenant: who is asking; ``None`` for ``DEFAULT_TENANT``.
 
         Raises:
-          Shed: ``"shutdown"`` (closed, before or while waiting), ``"queue_full"`` (no slot
-            and ``max_queue`` already waiting; raised before any checkpoint), or
-            ``"queue_timeout"``.
+          Shed: ``"shutdown"`` once closed; ``"tenant_queue_full"`` when the tenant is at its
+            own ``max_inflight`` share; ``"queue_full"`` when no slot is free for it now.
         """
+        state = self._default if tenant is None else self._tenant(tenant)
         if self._closed:
-            raise self._shed_now("shutdown")
-        if self._slot_free():
+            raise self._shed_now("shutdown", state)
+        if self._max_inflight == 0 or (
+            self._active < self._max_inflight
+            and not state.waiters
+            and (state.limit is None or state.active < state.limit)
+        ):
+            return self._grant(state)
+        raise self._shed_now("tenant_queue_full" if state.capped else "queue_full", state)
+
+    async def acquire(
+        self, deadline: float = math.inf, *, tenant: TenantShare | None = None
+    ) -> Slot:
+        """Take a slot, waiting in the tenant's queue for up to ``acquire_timeout`` if need
+        be, and never past ``deadline`` (the request's own, ``trio.current_time()`` scale).
+
+        Args:
+          deadline: when to give up waiting, at the latest.
+          tenant: who is asking; ``None`` for ``DEFAULT_TENANT``.
+
+        Raises:
+          Shed: ``"shutdown"`` (closed, before or while waiting), ``"tenant_queue_full"``
+            (no slot for the tenant and its own ``max_queue`` share already waiting),
+            ``"queue_full"`` (no slot and ``max_queue`` already waiting) -- both raised
+            before any checkpoint -- or ``"queue_timeout"``.
+        """
+        state = self._default if tenant is None else self._tenant(tenant)
+        if self._closed:
+            raise self._shed_now("shutdown", state)
+        if self._max_inflight == 0 or (
+            self._active < self._max_inflight
+            and not state.waiters
+            and (state.limit is None or state.active < state.limit)
+        ):
             await trio.lowlevel.checkpoint_if_cancelled()
-            slot = self._grant()
+            slot = self._grant(state)
             await trio.lowlevel.cancel_shielded_checkpoint()
             return slot
-        if len(self._waiters) >= self._max_queue:
-            raise self._shed_now("queue_full")
+        if state.queue_full:
+            raise self._shed_now("tenant_queue_full", state)
+        queue = self._queue
+        if queue.waiting >= self._max_queue:
+            raise self._shed_now("queue_full", state)
 
         waiter = _Waiter()
-        self._waiters[waiter] = None
+        queue.push(state, waiter)
         try:
             with trio.move_on_at(min(trio.current_time() + self._acquire_timeout, deadline)):
                 await waiter.woken.wait()
         except BaseException:
-            self._waiters.pop(waiter, None)
+            queue.remove(state, waiter)
             if waiter.slot is not None:
                 waiter.slot.release()  # handed over as we were cancelled: pass it on
             raise
-        self._waiters.pop(waiter, None)
+        queue.remove(state, waiter)
         if waiter.slot is not None:
-            self._admitted += 1
+            state.admitted += 1
             return waiter.slot
-        raise self._shed_now("shutdown" if waiter.shut_out else "queue_timeout")
+        raise self._shed_now("shutdown" if waiter.shut_out else "queue_timeout", state)
 
     def close(self) -> None:
         """Shed every waiter and every later acquirer with ``"shutdown"``. Idempotent."""
         self._closed = True
-        waiters, self._waiters = self._waiters, {}
-        for waiter in waiters:
+        for _, waiter in self._queue.clear():
             waiter.shut_out = True
             waiter.woken.set()
 
@@ -214,37 +325,74 @@ class AdmissionGate:
             await self._idle.park()
 
     def statistics(self) -> GateStatistics:
+        tenants = self._queue.tenants.values()
+        reasons = SHED_REASONS if self._named else _BASE_REASONS
         return GateStatistics(
             active=self._active,
-            waiting=len(self._waiters),
+            waiting=self._queue.waiting,
             max_inflight=self._max_inflight,
             max_queue=self._max_queue,
-            shed_by_reason=MappingProxyType(dict(self._shed)),
-            admitted_total=self._admitted,
+            shed_by_reason=MappingProxyType({reason: self._shed[reason] for reason in reasons}),
+            admitted_total=sum(t.admitted for t in tenants),
             closed=self._closed,
+            by_tenant=MappingProxyType(
+                {
+                    t.name: TenantStatistics(
+                        active=t.active,
+                        waiting=len(t.waiters),
+                        admitted_total=t.admitted,
+                        shed_by_reason=MappingProxyType(dict(t.shed)),
+                        weight=t.share.weight,
+                        max_inflight=t.share.max_inflight,
+                        max_queue=t.share.max_queue,
+                    )
+                    for t in tenants
+                }
+            ),
         )
 
-    def _slot_free(self) -> bool:
-        if self._max_inflight == 0:
-            return True
-        return self._active < self._max_inflight and not self._waiters
+    def _tenant(self, share: TenantShare) -> Tenant[_Waiter]:
+        state = self._states.get(share.name)
+        if state is None or state.share is not share:
+            state = self._adopt(share)
+        return state
 
-    def _grant(self) -> Slot:
+    def _adopt(self, share: TenantShare) -> Tenant[_Waiter]:
+        # A tenant seen for the first time, or bringing another share object.
+        self._named = True
+        queue = self._queue
+        state = queue.tenant(share)
+        # A new share may have made waiters eligible (a raised max_inflight): keep invariant 2.
+        while queue.waiting and self._active < self._max_inflight:
+            handed = queue.pop()
+            if handed is None:
+                break
+            self._active += 1
+            handed[1].slot = Slot(self, handed[0])
+            handed[1].woken.set()
+        return state
+
+    def _grant(self, state: Tenant[_Waiter]) -> Slot:
         self._active += 1
-        self._admitted += 1
-        return Slot(self)
+        state.active += 1
+        state.admitted += 1
+        return Slot(self, state)
 
-    def _shed_now(self, reason: ShedReason) -> Shed:
+    def _shed_now(self, reason: ShedReason, state: Tenant[_Waiter]) -> Shed:
         self._shed[reason] += 1
-        return Shed(reason, self._retry_after)
+        state.shed[reason] += 1
+        return Shed(reason, self._retry_after, None if state is self._default else state.name)
 
-    def _release(self) -> None:
-        if self._waiters:
-            waiter = next(iter(self._waiters))
-            del self._waiters[waiter]
-            waiter.slot = Slot(self)
-            waiter.woken.set()
-            return
+    def _release(self, state: Tenant[_Waiter]) -> None:
+        queue = self._queue
+        if queue.waiting:
+            handed = queue.release(state)
+            if handed is not None:
+                handed[1].slot = Slot(self, handed[0])
+                handed[1].woken.set()
+                return
+        else:
+            state.active -= 1
         self._active -= 1
         if self._active == 0:
             self._idle.unpark_all()
