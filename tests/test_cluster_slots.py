@@ -26,6 +26,7 @@ class FakeSemaphore:
         self.held: set[str] = set()
         self.released: list[str] = []
         self.renewed = 0
+        self.others_seen = 0
 
     @property
     def seen_capacity(self) -> int:
@@ -59,6 +60,13 @@ class FakeSemaphore:
 
 class FakeRegistry:
     last_seen_alive = 3
+    frozen = False
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def thaw(self) -> None:
+        self.frozen = False
 
 
 def slots(semaphore: FakeSemaphore, **kwargs: Any) -> tuple[ClusterSlots, FallbackState]:
@@ -186,3 +194,34 @@ async def test_rejoining_makes_the_local_calls_leases_and_keeps_the_share_for_a_
     assert sem.held == {"a", "b", "c"}
     await s.release("a")
     assert sem.released == ["a"]  # an adopted call's release goes to Redis
+
+
+async def test_falling_back_leaves_room_for_the_others_calls_until_they_must_be_over(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore(capacity=8)
+    s, fallback = slots(sem, settle_default_s=3.0)  # 3 instances last seen: a share of 2
+    await s.acquire("mine")
+    await s.release("mine")  # one call of 0 s: no sample long enough, the floor of 0.5 s
+    sem.others_seen = 7  # the others held 7 of the 8 at the last round trip
+    sem.down = True
+    started = trio.current_time()
+    await s.acquire("a")  # falls back: 8 - 7 = 1 place
+    assert not fallback.shared and s._registry.frozen  # type: ignore[attr-defined]
+    await s.acquire("b")  # waits for the others' calls to be over, then its share of 2
+    assert trio.current_time() - started == pytest.approx(0.5)
+
+
+async def test_the_settling_time_is_this_instances_longest_recent_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore(capacity=8)
+    s, _ = slots(sem)
+    await s.acquire("long")
+    await trio.sleep(2.0)
+    await s.release("long")
+    sem.others_seen = 8  # the others held the whole cap
+    sem.down = True
+    started = trio.current_time()
+    await s.acquire("a")  # nothing until their calls (as long as ours, 2 s) are over
+    assert trio.current_time() - started == pytest.approx(2.0)

@@ -66,6 +66,9 @@ class FallbackState:
         self._fallbacks = 0
         self._last_error: str | None = None
         self._changed = trio.Event()
+        # Called synchronously at every transition, with the new mode: the owners of what
+        # must be decided at that very moment (the share's snapshot, the frozen count).
+        self.listeners: list[Callable[[Mode], None]] = []
 
     @property
     def mode(self) -> Mode:
@@ -104,6 +107,8 @@ class FallbackState:
         self._since = trio.current_time()
         self._changed.set()
         self._changed = trio.Event()
+        for listener in self.listeners:
+            listener(mode)
 
     async def wait_mode(self, mode: Mode) -> None:
         """Return once the state is ``mode`` (at once if it already is)."""

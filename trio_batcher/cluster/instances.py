@@ -70,6 +70,24 @@ class InstanceRegistry:
         self.ttl_s = ttl_s
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self.last_seen_alive = 1
+        self._frozen = False
+        self._hold_until = float("-inf")
+
+    def freeze(self) -> None:
+        """Keep ``last_seen_alive`` as it is (an outage began): a Redis that comes back
+        empty must not make this instance believe it is alone before the others have
+        heartbeaten again."""
+        self._frozen = True
+
+    def thaw(self) -> None:
+        """Redis answers again: take counts again once every live instance has had time to
+        heartbeat (``ttl_s``), not before."""
+        self._frozen = False
+        self._hold_until = trio.current_time() + self.ttl_s
+
+    def _count(self, alive: int) -> None:
+        if alive >= 1 and not self._frozen and trio.current_time() >= self._hold_until:
+            self.last_seen_alive = alive
 
     async def heartbeat(self) -> int:
         """Mark this instance alive for ``ttl_s``; returns the instances alive.
@@ -78,7 +96,7 @@ class InstanceRegistry:
           ClusterUnavailable
         """
         alive = int(await self._link.run(HEARTBEAT, [self._key], [self.instance_id, self._ttl_ms]))
-        self.last_seen_alive = alive
+        self._count(alive)
         return alive
 
     @property
@@ -88,8 +106,7 @@ class InstanceRegistry:
 
     def observe(self, alive: int) -> None:
         """A count read elsewhere (an acquire reply); 0 means it was not counted."""
-        if alive >= 1:
-            self.last_seen_alive = alive
+        self._count(alive)
 
     async def alive(self) -> int:
         """The instances alive now, without heartbeating.
@@ -98,7 +115,7 @@ class InstanceRegistry:
           ClusterUnavailable
         """
         alive = int(await self._link.run(ALIVE, [self._key], []))
-        self.last_seen_alive = max(1, alive)
+        self._count(alive)
         return alive
 
     async def leave(self) -> None:

@@ -158,6 +158,8 @@ class LeaseSemaphore:
         # fallback divides when Redis goes away.
         self.seen_capacity = capacity
         self.on_reply: ReplyObserver | None = None
+        # The other instances' leases at the last reply (see ``_saw``).
+        self.others_seen = 0
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self.ttl_s = ttl_s
         # A waiting head re-asks (refreshing its ticket) well within the ticket's TTL.
@@ -205,6 +207,12 @@ class LeaseSemaphore:
             renew_failures=self._renew_failures,
         )
 
+    def _saw(self, in_flight: int, mine: int) -> None:
+        """A reply counted ``in_flight`` leases, ``mine`` of them this instance's: the rest
+        are the other instances' calls, which the fallback must leave room for."""
+        self._in_flight_seen = in_flight
+        self.others_seen = max(0, in_flight - mine)
+
     def _member(self, holder: str) -> str:
         return f"{self._instance}/{holder}"
 
@@ -245,12 +253,13 @@ class LeaseSemaphore:
                     ],
                 )
                 granted, in_flight, cooldown_ms, reason, capacity, epoch, alive = reply
-                self._in_flight_seen = int(in_flight)
                 self.seen_capacity = int(capacity)
                 if self.on_reply is not None:
                     self.on_reply(int(capacity), int(epoch), int(alive))
                 if int(granted) == 1:
                     self._held.add(holder)
+                self._saw(int(in_flight), len(self._held))
+                if int(granted) == 1:
                     return Grant(
                         int(in_flight), CooldownView.from_reply(int(cooldown_ms), str(reason))
                     )
@@ -318,12 +327,11 @@ class LeaseSemaphore:
         """
         if not self._held:
             return
+        members = [self._member(holder) for holder in self._held]
         in_flight, lost = await self._link.run(
-            RENEW,
-            self._keys,
-            [self._ttl_ms, self._channel, *(self._member(holder) for holder in self._held)],
+            RENEW, self._keys, [self._ttl_ms, self._channel, *members]
         )
-        self._in_flight_seen = int(in_flight)
+        self._saw(int(in_flight), len(members))
         if int(lost):
             self._leases_lost += int(lost)
             logger.warning("%d lease(s) had expired before renewal; counted again", int(lost))

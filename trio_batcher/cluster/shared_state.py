@@ -57,6 +57,7 @@ class SharedState:
             command_timeout_s=settings.redis_timeout_s,
         )
         self._ttl_s = settings.redis_lease_ttl_s
+        self._request_timeout_s = settings.request_timeout_s
         self._fail_closed = settings.redis_failure == "closed"
         self._resilience = resilience
         self._cap = cap
@@ -122,6 +123,8 @@ class SharedState:
                 fail_closed=self._fail_closed,
                 # The others' probes find Redis within about one interval of ours.
                 rejoin_s=2 * self.fallback.probe_interval_s + self._config.command_timeout_s,
+                # No upstream call outlives its request's deadline.
+                settle_max_s=self._request_timeout_s,
             )
             self._budget = SharedRetryBudget(
                 link,

@@ -17,7 +17,15 @@ refuses instead (503), so that the cap can never be exceeded.
 Counting across the two modes. The share bounds *every* upstream call this instance has
 running, not only those admitted in fallback: the calls that took a lease before the outage
 are still running (their leases expire in Redis, not here), so they count against the share
-until they end. The other way round, when Redis answers again, the calls admitted locally
+until they end. The other instances' calls of before the outage count too: while shared,
+one instance may hold more than its share, and its calls outlive the outage's first
+moments. So at the moment of falling back (a synchronous listener of ``FallbackState``)
+this instance notes the others' leases at its last round trip, and allows itself only
+``cap - others`` (never more than its share) until those calls must have ended: the
+longest of its own recent calls (the same upstream, the same kind of traffic), between
+0.5 s and ``settle_max_s``; ``settle_default_s`` when it has made none. The count of
+instances is frozen at the same moment (``InstanceRegistry.freeze``): a Redis that comes
+back empty must not make an instance believe it is alone. The other way round, when Redis answers again, the calls admitted locally
 are still running and Redis knows nothing of them: ``rejoin()`` (run by the owner on every
 return to shared) hands them to the semaphore as leases and renews at once, which puts
 them back into the global count. For ``rejoin_s`` after a return, the share still bounds
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections import deque
 from typing import Final, final
 
 import trio
@@ -39,7 +48,7 @@ import trio
 from ..errors import ProxyError
 from ..upstream.resilience import Resilience
 from .connection import ClusterUnavailable
-from .fallback import FallbackState, fallback_share
+from .fallback import FallbackState, Mode, fallback_share
 from .instances import InstanceRegistry
 from .leases import LeaseSemaphore
 
@@ -61,6 +70,8 @@ class ClusterSlots:
         *,
         fail_closed: bool = False,
         rejoin_s: float = 0.0,
+        settle_default_s: float = 5.0,
+        settle_max_s: float = 600.0,
     ) -> None:
         self._semaphore = semaphore
         self._fallback = fallback
@@ -73,6 +84,23 @@ class ClusterSlots:
         self._local_holders: set[str] = set()
         self._reserved = 0  # callers between the share check and their lease
         self._released = trio.Event()
+        self._settle_default_s = settle_default_s
+        self._settle_max_s = settle_max_s
+        self._granted_at: dict[str, float] = {}
+        self._holds: deque[float] = deque(maxlen=256)  # recent calls' durations
+        self._others_at_outage = 0
+        self._settled_at = float("-inf")  # when the others' calls of before must be over
+        fallback.listeners.append(self._on_mode)
+
+    def _on_mode(self, mode: Mode) -> None:
+        if mode is Mode.FALLBACK:
+            self._registry.freeze()
+            self._others_at_outage = self._semaphore.others_seen
+            longest = max(self._holds, default=self._settle_default_s)
+            settle = min(self._settle_max_s, max(0.5, longest))
+            self._settled_at = trio.current_time() + settle
+        else:
+            self._registry.thaw()
 
     def new_holder(self) -> str:
         return f"job{next(self._ids)}"
@@ -95,6 +123,7 @@ class ClusterSlots:
             )
         await self._within_share()
         self._local_holders.add(holder)
+        self._granted_at[holder] = trio.current_time()
 
     async def _lease(self, holder: str, scope: str | None) -> None:
         rejoining = trio.current_time() < self._rejoin_until
@@ -106,22 +135,35 @@ class ClusterSlots:
         finally:
             if rejoining:
                 self._reserved -= 1
+        self._granted_at[holder] = trio.current_time()
         view = grant.cooldown
         reason = _REASONS.get(view.reason or "")
         if view.remaining_s > 0 and reason is not None:
             self._resilience.adopt_cooldown(scope, view.remaining_s, reason)  # type: ignore[arg-type]
 
     async def _within_share(self) -> None:
-        """Wait until this instance runs fewer calls than its share, leases included."""
+        """Wait until this instance runs fewer calls than it may, leases included."""
         while (
             self._semaphore.held_count + len(self._local_holders) + self._reserved
-            >= self._fallback_share()
+            >= self._allowance()
         ):
-            await self._released.wait()
+            # A release frees a place; the settling time passing may widen the allowance.
+            with trio.move_on_at(self._settled_at):
+                await self._released.wait()
+
+    def _allowance(self) -> int:
+        """The share, or less while the others' calls of before the outage may still run."""
+        share = self._fallback_share()
+        if trio.current_time() >= self._settled_at:
+            return share
+        return max(0, min(share, self._semaphore.seen_capacity - self._others_at_outage))
 
     async def release(self, holder: str) -> None:
         self._released.set()
         self._released = trio.Event()
+        granted_at = self._granted_at.pop(holder, None)
+        if granted_at is not None:
+            self._holds.append(trio.current_time() - granted_at)
         if holder in self._local_holders:
             self._local_holders.discard(holder)
             return
