@@ -8,6 +8,7 @@ The primitives, each one module with one job:
 - ``cooldowns``: ``SharedCooldowns``, holds on new calls (read by the lease acquire too).
 - ``budget``: ``SharedRetryBudget``, the retry budget counted across instances.
 - ``instances``: ``InstanceRegistry``, heartbeats and the count of instances alive.
+- ``spend``: ``RedisSpendStore``, spend per tenant per hour (the tenants' ``SpendStore``).
 - ``fallback``: ``fallback_share`` and ``FallbackState``, what to do while Redis is down.
 
 Per instance by design (not here): the admission gate (``MAX_INFLIGHT``, ``MAX_QUEUE``),
@@ -34,6 +35,7 @@ from .instances import new_instance_id as new_instance_id
 from .leases import Grant as Grant
 from .leases import LeaseSemaphore as LeaseSemaphore
 from .leases import LeaseStatistics as LeaseStatistics
+from .spend import RedisSpendStore as RedisSpendStore
 
 __all__ = [
     "ClusterConfig",
@@ -49,6 +51,7 @@ __all__ = [
     "LuaScript",
     "Mode",
     "RedisLink",
+    "RedisSpendStore",
     "SharedCooldowns",
     "SharedRetryBudget",
     "fallback_share",

@@ -17,7 +17,12 @@ How the pieces fit (what the app will wire):
   ``tenant.max_inflight`` and ``tenant.max_queue``. When usage is known:
   ``charge.settle(actual_tokens)`` and ``await spend_store.add(tenant.name, usd,
   time.time())``; a request that never reached the upstream: ``charge.refund()``.
-- ``SQLiteSpendStore(resolve_data_dir(settings.data_dir))`` keeps spend across restarts.
+- ``SQLiteSpendStore(resolve_data_dir(settings.data_dir))`` keeps spend across restarts
+  (``cluster.RedisSpendStore(link)`` with ``REDIS_URL``, one total for every instance).
+- ``SpendLedger(store)`` keeps the request path off the store: ``ledger.set_tenants(
+  watcher.directory)`` at start and after each reload, ``nursery.start(ledger.run)``, then
+  per request ``ledger.over_budget(tenant)`` and ``ledger.charge(tenant.name, usd)``, both
+  synchronous, in place of ``check_budget`` and ``spend_store.add``.
 - Metrics label by ``tenant.name`` only, bounded by ``directory.names()``; keys are never
   kept anywhere (``model``: only SHA-256 digests).
 """
@@ -40,6 +45,9 @@ from .keys_file import TenantsFileError as TenantsFileError
 from .keys_file import load_tenants as load_tenants
 from .keys_file import parse_tenants as parse_tenants
 from .keys_file import read_tenants_file as read_tenants_file
+from .ledger import LedgerStatistics as LedgerStatistics
+from .ledger import SpendLedger as SpendLedger
+from .ledger import TenantSpend as TenantSpend
 from .model import ANONYMOUS as ANONYMOUS
 from .model import Budget as Budget
 from .model import BudgetPeriod as BudgetPeriod
@@ -61,16 +69,19 @@ __all__ = [
     "BudgetPeriod",
     "Charge",
     "KeysEditError",
+    "LedgerStatistics",
     "LimitName",
     "Limited",
     "MemorySpendStore",
     "OverBudget",
     "SQLiteSpendStore",
+    "SpendLedger",
     "SpendStore",
     "StoreUnavailable",
     "Tenant",
     "TenantDirectory",
     "TenantRateLimits",
+    "TenantSpend",
     "TenantsFileError",
     "TenantsWatcher",
     "TokenBucket",
