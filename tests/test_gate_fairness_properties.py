@@ -1,10 +1,11 @@
 """Random arrivals, releases and cancellations at a gate with three tenants, against a model.
 
 Each example is one ``trio.run`` under ``MockClock(autojump_threshold=0)``. The model is the
-gate's specification written the slow, obvious way (exact fractions for virtual time, a scan
-for the smallest tag, lists for the queues), so it checks the heap, its lazy deletion and the
-integer virtual time; after every step the two must agree on who is admitted, queued, shed
-or gone, and the invariants of the theory of operation must hold.
+gate's specification written the slow, obvious way (exact fractions for virtual time and for
+weighted queue lengths, a scan for the smallest tag and for the longest queue, lists for the
+queues), so it checks the heap, its lazy deletion, the integer virtual time and the longest
+queue drop at a full queue; after every step the two must agree on who is admitted, queued,
+shed, pushed out or gone, and the invariants of the theory of operation must hold.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from trio_batcher.admission.gate import AdmissionGate, Shed, Slot, TenantShare
 
 CAPS = (None, 1, 2)  # the max_inflight share an arrival brings (as after a reload)
 
-Step = tuple[str, int, int]  # ("arrive", tenant, cap index) | ("release"|"cancel"|"race", i, j)
+# ("arrive", tenant, cap index) | ("release"|"cancel"|"race", i, j) | ("push_race", tenant, i)
+Step = tuple[str, int, int]
 
 # Arrivals and releases dominate, so that several tenants stay backlogged for a while.
 steps_strategy = st.lists(
@@ -34,6 +36,7 @@ steps_strategy = st.lists(
         st.tuples(st.just("release"), st.just(0), st.just(0)),
         st.tuples(st.just("cancel"), st.integers(0, 30), st.just(0)),
         st.tuples(st.just("race"), st.integers(0, 30), st.integers(0, 30)),
+        st.tuples(st.just("push_race"), st.integers(0, 2), st.integers(0, 30)),
     ),
     min_size=8,
     max_size=80,
@@ -60,6 +63,7 @@ class Model:
         self.status: dict[int, str] = {}
         self.vtime = Fraction(0)
         self.active = 0
+        self.pushed_out: set[int] = set()
 
     def cost(self, tenant: ModelTenant) -> Fraction:
         return 1 / Fraction(tenant.share.weight)
@@ -104,12 +108,29 @@ class Model:
             self.status[request] = "admitted"
         elif share.max_queue is not None and len(tenant.queue) >= share.max_queue:
             self.status[request] = "tenant_queue_full"
-        elif waiting >= self.max_queue:
+        elif waiting >= self.max_queue and (victim := self.longest(tenant)) is None:
             self.status[request] = "queue_full"
         else:
+            if waiting >= self.max_queue:
+                assert victim is not None
+                pushed = victim.queue.pop()  # its newest
+                self.status[pushed] = "queue_full"
+                self.pushed_out.add(pushed)
+                self.refresh(victim)
             tenant.queue.append(request)
             self.status[request] = "waiting"
             self.refresh(tenant)
+
+    def longest(self, newcomer: ModelTenant) -> ModelTenant | None:
+        """The other tenant whose queue is longer than the newcomer's with it, per weight, if
+        any (the longest; ties to the one whose newest arrived last)."""
+
+        def length(tenant: ModelTenant, extra: int = 0) -> Fraction:
+            return (len(tenant.queue) + extra) / Fraction(tenant.share.weight)
+
+        others = [t for t in self.tenants.values() if t is not newcomer and t.queue]
+        others = [t for t in others if length(t) > length(newcomer, 1)]
+        return max(others, key=lambda t: (length(t), t.queue[-1]), default=None)
 
     def release(self, request: int) -> None:
         tenant = self.tenants[self.tenant_of[request]]
@@ -139,8 +160,12 @@ class Driver:
         self.slots: dict[int, Slot] = {}
         self.scopes: dict[int, trio.CancelScope] = {}
 
-    async def request(self, request: int, share: TenantShare) -> None:
+    async def request(
+        self, request: int, share: TenantShare, cancel_first: trio.CancelScope | None
+    ) -> None:
         with self.scopes[request]:
+            if cancel_first is not None:  # in this tick, just before this arrival
+                cancel_first.cancel()
             try:
                 self.slots[request] = await self.gate.acquire(tenant=share)
             except Shed as shed:
@@ -150,10 +175,11 @@ class Driver:
             return
         self.status[request] = "cancelled"
 
-    def start(self, request: int, share: TenantShare) -> None:
+    def start(self, request: int, share: TenantShare, cancel_first: int | None = None) -> None:
         self.status[request] = "waiting"
         self.scopes[request] = trio.CancelScope()
-        self.nursery.start_soon(self.request, request, share)
+        scope = None if cancel_first is None else self.scopes[cancel_first]
+        self.nursery.start_soon(self.request, request, share, scope)
 
 
 def check_invariants(gate: AdmissionGate, model: Model, shares: dict[str, TenantShare]) -> None:
@@ -196,6 +222,18 @@ async def scenario(
                 )
                 model.arrive(number, share)
                 driver.start(number, share)
+            elif kind == "push_race" and waiting:
+                # In one tick: a waiter is cancelled, then a newcomer arrives (maybe pushing it
+                # out: it is still queued until it resumes, with Cancelled, never with a Shed).
+                cancelled, share = waiting[j % len(waiting)], shares[f"t{i}"]
+                driver.start(number, share, cancel_first=cancelled)
+                model.arrive(number, share)
+                if model.status[cancelled] == "handed":  # by the newcomer's new share
+                    model.release(cancelled)
+                elif model.status[cancelled] == "waiting":
+                    model.cancel(cancelled)
+                model.pushed_out.discard(cancelled)
+                model.status[cancelled] = "cancelled"
             elif kind == "release" and held:
                 request = held[i % len(held)]
                 model.release(request)
@@ -231,6 +269,9 @@ async def scenario(
     assert sum(stats.shed_by_reason.values()) == sum(
         s in ("queue_full", "tenant_queue_full", "shutdown") for s in driver.status.values()
     )
+    assert stats.pushed_out == len(model.pushed_out)
+    for name, tenant in stats.by_tenant.items():
+        assert tenant.pushed_out == sum(model.tenant_of[r] == name for r in model.pushed_out)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -242,6 +283,52 @@ async def scenario(
     steps=steps_strategy,
 )
 def test_the_gate_follows_its_fair_order_model_under_random_traffic(
+    max_inflight: int,
+    max_queue: int,
+    weights: list[float],
+    queues: list[int | None],
+    steps: list[Step],
+) -> None:
+    trio.run(
+        scenario,
+        max_inflight,
+        max_queue,
+        weights,
+        queues,
+        steps,
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+
+
+# A small queue, arrivals most likely and mostly t0's, few tenant max_queue shares: the
+# gate's queue is often full and lopsided, so arrivals go through the longest queue drop.
+flooder = st.sampled_from([0, 0, 0, 1, 2])
+crowded_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("arrive"), flooder, st.just(0)),
+        st.tuples(st.just("arrive"), flooder, st.just(0)),
+        st.tuples(st.just("arrive"), flooder, st.just(0)),
+        st.tuples(st.just("arrive"), flooder, st.sampled_from([0, 0, 1, 2])),
+        st.tuples(st.just("push_race"), st.integers(1, 2), st.integers(0, 30)),
+        st.tuples(st.just("push_race"), st.integers(1, 2), st.just(-1)),  # the newest waiter
+        st.tuples(st.just("release"), st.integers(0, 30), st.just(0)),
+        st.tuples(st.just("cancel"), st.integers(0, 30), st.just(0)),
+        st.tuples(st.just("race"), st.integers(0, 30), st.integers(0, 30)),
+    ),
+    min_size=30,
+    max_size=80,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    max_inflight=st.integers(1, 2),
+    max_queue=st.integers(2, 6),
+    weights=st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=3, max_size=3),
+    queues=st.lists(st.sampled_from([None, None, None, 2]), min_size=3, max_size=3),
+    steps=crowded_steps,
+)
+def test_a_full_gate_pushes_out_the_newest_of_the_longest_queue_as_its_model_does(
     max_inflight: int,
     max_queue: int,
     weights: list[float],

@@ -15,6 +15,10 @@ docstring; this module holds the mechanics:
   its share drops its reference to its entry, and ``pop`` skips entries nobody references.
   The heap is rebuilt once dead entries outnumber live ones, which keeps it within twice the
   number of tenants plus a constant, whatever the churn of cancellations.
+* When the gate's queue is full, :meth:`FairQueue.longest` picks whom to shed (longest queue
+  drop, explained in the gate's docstring): a scan of the tenants, O(n) in the names seen, on
+  the full-queue path only. A queue's weighted length ``waiting / weight`` is compared as the
+  integer ``waiting * cost``, so equal shares tie exactly, as in the fair order.
 
 Virtual time is an integer: an admission of a tenant of weight ``w`` costs
 ``round(VIRTUAL_UNIT / w)`` ticks, and ``VIRTUAL_UNIT = 720720 * 2**32`` (720720 is the least
@@ -105,7 +109,17 @@ class Tenant(Generic[T]):
     :meth:`FairQueue.pop` and :meth:`FairQueue.release` on hand-offs).
     """
 
-    __slots__ = ("_entry", "active", "admitted", "cost", "limit", "share", "shed", "waiters")
+    __slots__ = (
+        "_entry",
+        "active",
+        "admitted",
+        "cost",
+        "limit",
+        "pushed_out",
+        "share",
+        "shed",
+        "waiters",
+    )
 
     def __init__(self, share: TenantShare) -> None:
         self.share = share
@@ -115,6 +129,7 @@ class Tenant(Generic[T]):
         self.active = 0
         self.admitted = 0
         self.shed: dict[str, int] = dict.fromkeys(SHED_REASONS, 0)
+        self.pushed_out = 0  # of shed["queue_full"]: waiters pushed out of a full queue
         self._entry: tuple[int, int, Tenant[T]] | None = None  # live heap entry, if eligible
 
     @property
@@ -230,6 +245,36 @@ class FairQueue(Generic[T]):
         if tenant._entry is None and tenant.waiters and not tenant.capped:
             self._enter(tenant)
         return self.pop()
+
+    def longest(self, newcomer: Tenant[T]) -> Tenant[T] | None:
+        """Whom a full queue sheds to make room for one more waiter of ``newcomer``.
+
+        Longest queue drop: counting the newcomer into its own queue, the tenant whose queue is
+        longest in weighted terms (``waiting / weight``) is to lose its newest waiter. Ties go
+        to the newcomer's own tenant, then among the others to the one whose newest waiter
+        arrived last.
+
+        Returns:
+          That tenant, or ``None`` when it is the newcomer's own: shed the newcomer.
+        """
+        bar = (len(newcomer.waiters) + 1) * newcomer.cost
+        victim: Tenant[T] | None = None
+        newest = -1
+        for tenant in self._tenants.values():
+            waiters = tenant.waiters
+            if tenant is newcomer or not waiters:
+                continue
+            load = len(waiters) * tenant.cost
+            seq = waiters[next(reversed(waiters))]
+            if load > bar or (load == bar and victim is not None and seq > newest):
+                victim, bar, newest = tenant, load, seq
+        return victim
+
+    def pop_newest(self, tenant: Tenant[T]) -> T:
+        """Take ``tenant``'s newest waiter out of the queue (it has waiters)."""
+        item = next(reversed(tenant.waiters))
+        self.remove(tenant, item)
+        return item
 
     def clear(self) -> list[tuple[Tenant[T], T]]:
         """Empty every queue; what was queued, tenant by tenant (for shutdown)."""

@@ -21,6 +21,8 @@ Invariants.
    who could have had the slot. Otherwise it queues.
 3. Every slot is released exactly once (``Slot.release`` is idempotent) and that release is
    the only way ``_active`` goes down.
+4. A queued waiter holds no slot: a hand-off takes the waiter out of the queue as it gives it
+   the slot, so shedding from the queue (below) can never take back a slot it was handed.
 
 Fair order: self-clocked fair queuing (SCFQ, Golestani 1994), counted in admissions. The gate
 keeps a virtual time ``V``. Each tenant with eligible waiters has a tag for its oldest waiter:
@@ -50,14 +52,32 @@ floating-point rounding.
 Shares. A tenant at its ``max_inflight`` share is not eligible: its waiters wait while freed
 slots go to other tenants, and its own next release re-admits it. A tenant whose own queue is
 at its ``max_queue`` share is shed with ``"tenant_queue_full"`` (checked first: it touches no
-one else); the gate's ``max_queue`` in total still sheds ``"queue_full"``.
+one else).
 
-Decisions are synchronous: ``acquire()`` raises ``Shed`` before its first ``await``, so a shed
-costs no scheduling round-trip. The uncontended path (a slot free, no waiter of one's own
-tenant) is a dict lookup and an identity check more than a plain counter, when a caller passes
-the same ``TenantShare`` object for a tenant each time (an equal but new one costs a
-comparison). The gate keeps each tenant name's state for its lifetime: the caller bounds the
-names.
+A full queue: longest queue drop. When ``max_queue`` waiters already wait, count the newcomer
+into its tenant's queue: the queue longest in weighted terms (``waiting / weight``, so a tenant
+of weight 3 may hold three times the queue of one of weight 1) loses its newest waiter. If that
+is the newcomer's own (ties included) the newcomer is shed with ``"queue_full"`` at the door,
+as a gate with one tenant always does. Otherwise the gate wakes that newest waiter with
+``Shed("queue_full")`` naming its tenant (as ``close()`` wakes waiters) and queues the newcomer
+in its place. So a flood cannot shed a quiet tenant: a newcomer whose tenant's queue, with it,
+is shorter than some other tenant's is never shed for a full queue; the flooding tenant absorbs
+the shedding. Why its newest: that tenant holds more than its fair share of the queue, and its
+newest waiter has waited least and would be admitted last of its tenant, so the shed wastes the
+least and the order stays FIFO (older waiters keep their places, the tenant its tag). Ties go
+to the newcomer so an exchange never leaves its queue longer than the one it took from: two
+floods do not push each other out in turn. Shed reasons, then: ``"tenant_queue_full"`` (own
+``max_queue``, at the door); ``"queue_full"`` (the gate's queue is full and the tenant's is the
+longest: at the door, or while waiting -- a push-out, counted in ``pushed_out``);
+``"queue_timeout"``; ``"shutdown"``.
+
+Decisions are synchronous: ``acquire()`` sheds, or pushes a waiter out and queues, before its
+first checkpoint, so a shed costs no scheduling round-trip (a caller already cancelled leaves
+with ``Cancelled`` instead of pushing anyone out). The uncontended path (a slot free,
+no waiter of one's own tenant) is a dict lookup and an identity check more than a plain
+counter, when a caller passes the same ``TenantShare`` object for a tenant each time (an equal
+but new one costs a comparison). The gate keeps each tenant name's state for its lifetime: the
+caller bounds the names.
 
 Ownership. The gate owns no tasks. A ``Slot`` carries no task identity: the handler that
 acquired it may pass it to the streaming response generator, which releases it.
@@ -68,20 +88,23 @@ in the same tick in which that waiter was cancelled -- trio has already schedule
 with ``Cancelled`` but it is still queued. The waiter then finds the slot in ``waiter.slot``
 when it resumes: on an outer cancellation it releases it (handing it on in fair order, or
 freeing it) before re-raising; on its own ``acquire_timeout`` it keeps it, since it was
-admitted in time. ``close()`` wakes every waiter with ``Shed("shutdown")``; slots already held
-stay held until released, and ``wait_idle()`` returns when the last one is.
+admitted in time. A waiter may likewise be pushed out in the tick in which it is cancelled:
+if the cancellation came first, it resumes with ``Cancelled`` (the gate counts no shed for it;
+it could not tell the waiter was leaving anyway); if the push-out came first, it resumes with
+its ``Shed`` before any checkpoint. It holds no slot either way (invariant 4). ``close()``
+wakes every waiter with ``Shed("shutdown")``; slots already held stay held until released, and
+``wait_idle()`` returns when the last one is.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import final
 
 import trio
 
+from ._gate_statistics import GateStatistics, TenantStatistics
 from .fair_queue import DEFAULT_TENANT, SHED_REASONS, FairQueue, ShedReason, Tenant, TenantShare
 
 __all__ = [
@@ -103,7 +126,8 @@ class Shed(Exception):
     """The gate refused a request; the HTTP layer answers 429 or 503 with ``Retry-After``.
 
     Attributes:
-      reason: ``"queue_full"``, ``"tenant_queue_full"``, ``"queue_timeout"`` or ``"shutdown"``.
+      reason: ``"queue_full"``, ``"tenant_queue_full"``, ``"queue_timeout"`` or ``"shutdown"``
+        (what each means: the module's docstring).
       retry_after: suggested seconds before a retry.
       tenant: the name of the acquirer's tenant, ``None`` when it named none.
     """
@@ -113,40 +137,6 @@ class Shed(Exception):
         self.reason: ShedReason = reason
         self.retry_after = retry_after
         self.tenant = tenant
-
-
-@final
-@dataclass(frozen=True)
-class TenantStatistics:
-    """One tenant's part of a snapshot: gauges, counters and the share in force."""
-
-    active: int
-    waiting: int
-    admitted_total: int
-    shed_by_reason: Mapping[str, int]
-    weight: float
-    max_inflight: int | None
-    max_queue: int | None
-
-
-@final
-@dataclass(frozen=True)
-class GateStatistics:
-    """A snapshot; ``active`` and ``waiting`` are gauges, the rest counters or configuration.
-
-    ``shed_by_reason`` has ``"tenant_queue_full"`` once an acquirer has named a tenant (before
-    that it cannot happen). ``by_tenant`` has every tenant seen so far, ``DEFAULT_TENANT``'s
-    name for acquirers that named none.
-    """
-
-    active: int
-    waiting: int
-    max_inflight: int
-    max_queue: int
-    shed_by_reason: Mapping[str, int]
-    admitted_total: int
-    closed: bool
-    by_tenant: Mapping[str, TenantStatistics]
 
 
 @final
@@ -191,12 +181,12 @@ class Slot:
 
 @final
 class _Waiter:
-    __slots__ = ("shut_out", "slot", "woken")
+    __slots__ = ("shed", "slot", "woken")
 
     def __init__(self) -> None:
         self.woken = trio.Event()
         self.slot: Slot | None = None  # set by release(): the hand-off
-        self.shut_out = False  # set by close()
+        self.shed: ShedReason | None = None  # set by close() and by a push-out
 
 
 @final
@@ -206,8 +196,8 @@ class AdmissionGate:
     Args:
       max_inflight: slots; 0 disables the gate (always admits, tenants' shares included;
         still counts ``active``).
-      max_queue: waiters allowed at once, all tenants together; an acquirer beyond that is
-        shed at once.
+      max_queue: waiters allowed at once, all tenants together; beyond that the newest
+        waiter of the longest queue (the acquirer's own, with one tenant) is shed at once.
       acquire_timeout: seconds a waiter waits before ``Shed("queue_timeout")`` (may be
         ``math.inf``): a safety net so a queued request cannot outwait its client.
       retry_after: the ``retry_after`` every ``Shed`` carries.
@@ -272,8 +262,9 @@ class AdmissionGate:
         Raises:
           Shed: ``"shutdown"`` (closed, before or while waiting), ``"tenant_queue_full"``
             (no slot for the tenant and its own ``max_queue`` share already waiting),
-            ``"queue_full"`` (no slot and ``max_queue`` already waiting) -- both raised
-            before any checkpoint -- or ``"queue_timeout"``.
+            ``"queue_full"`` (no slot, ``max_queue`` already waiting and the tenant's queue
+            the longest) -- both raised before any checkpoint; ``"queue_full"`` too when
+            pushed out while waiting by another tenant's newcomer -- or ``"queue_timeout"``.
         """
         state = self._default if tenant is None else self._tenant(tenant)
         if self._closed:
@@ -291,7 +282,13 @@ class AdmissionGate:
             raise self._shed_now("tenant_queue_full", state)
         queue = self._queue
         if queue.waiting >= self._max_queue:
-            raise self._shed_now("queue_full", state)
+            victim = queue.longest(state)
+            if victim is None:
+                raise self._shed_now("queue_full", state)
+            await trio.lowlevel.checkpoint_if_cancelled()  # a no-op unless we have left
+            pushed = queue.pop_newest(victim)
+            pushed.shed = "queue_full"
+            pushed.woken.set()
 
         waiter = _Waiter()
         queue.push(state, waiter)
@@ -307,13 +304,15 @@ class AdmissionGate:
         if waiter.slot is not None:
             state.admitted += 1
             return waiter.slot
-        raise self._shed_now("shutdown" if waiter.shut_out else "queue_timeout", state)
+        if waiter.shed == "queue_full":
+            state.pushed_out += 1
+        raise self._shed_now(waiter.shed or "queue_timeout", state)
 
     def close(self) -> None:
         """Shed every waiter and every later acquirer with ``"shutdown"``. Idempotent."""
         self._closed = True
         for _, waiter in self._queue.clear():
-            waiter.shut_out = True
+            waiter.shed = "shutdown"
             waiter.woken.set()
 
     async def wait_idle(self) -> None:
@@ -345,10 +344,12 @@ class AdmissionGate:
                         weight=t.share.weight,
                         max_inflight=t.share.max_inflight,
                         max_queue=t.share.max_queue,
+                        pushed_out=t.pushed_out,
                     )
                     for t in tenants
                 }
             ),
+            pushed_out=sum(t.pushed_out for t in tenants),
         )
 
     def _tenant(self, share: TenantShare) -> Tenant[_Waiter]:
