@@ -23,8 +23,16 @@ from trio_batcher.edge.endpoint import ApiEndpoint
 from trio_batcher.edge.openai_chat import CHAT_PATH, OpenAIChatDoor
 from trio_batcher.pipeline.core import Pipeline
 from trio_batcher.settings import Settings
+from trio_batcher.tenants import TenantDirectory, load_tenants
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello there"}]}
+
+# No client keys: every caller is the anonymous tenant.
+_ANYONE = load_tenants(None)
+
+
+def _no_keys() -> TenantDirectory:
+    return _ANYONE
 
 
 class _Recorder:
@@ -71,7 +79,7 @@ class _Broken:
 
 
 async def test_before_startup_the_endpoint_answers_503_starting() -> None:
-    endpoint = ApiEndpoint(_inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, lambda: None, _DOORS, max_body_bytes=1000, tenants=_no_keys)
     call = _Recorder(b"{}")
     await endpoint(_scope(), call.receive, call.send)
     assert call.status == 503
@@ -79,7 +87,7 @@ async def test_before_startup_the_endpoint_answers_503_starting() -> None:
 
 
 async def test_other_paths_and_methods_go_to_the_inner_app() -> None:
-    endpoint = ApiEndpoint(_inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, lambda: None, _DOORS, max_body_bytes=1000, tenants=_no_keys)
     for scope in (
         _scope("/v1/models", "GET"),
         _scope(method="GET"),
@@ -99,7 +107,7 @@ async def test_an_unexpected_error_is_a_logged_openai_shaped_500(
     def pipeline() -> Pipeline:
         return broken  # type: ignore[no-any-return]
 
-    endpoint = ApiEndpoint(_inner, pipeline, _DOORS, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, pipeline, _DOORS, max_body_bytes=1000, tenants=_no_keys)
     call = _Recorder(json.dumps(HELLO).encode())
     with caplog.at_level(logging.ERROR, logger="trio_batcher"):
         await endpoint(_scope(), call.receive, call.send)
@@ -137,7 +145,7 @@ async def test_client_that_leaves_while_sending_its_body_gets_nothing_and_costs_
             refused.append(status)  # still a request, for the metrics: a 499
 
     recording: Any = _Recording()
-    endpoint = ApiEndpoint(_inner, lambda: recording, _DOORS, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(_inner, lambda: recording, _DOORS, max_body_bytes=1000, tenants=_no_keys)
     call = _Recorder(b'{"model": "claude')
     call.incoming[0]["more_body"] = True  # the rest never comes: the client leaves
     call.incoming.append({"type": "http.disconnect"})
@@ -352,7 +360,7 @@ async def test_a_body_still_arriving_at_the_deadline_is_a_408_that_closes_the_co
 
     counting: Any = _Counting()
     endpoint = ApiEndpoint(
-        _inner, lambda: counting, _DOORS, max_body_bytes=1000, api_keys=(), body_timeout=30.0
+        _inner, lambda: counting, _DOORS, max_body_bytes=1000, tenants=_no_keys, body_timeout=30.0
     )
     call = _Recorder(b'{"model": "claude')
     call.incoming[0]["more_body"] = True  # ...and the rest never comes
@@ -374,7 +382,7 @@ async def test_other_routes_get_their_body_read_first_and_a_large_one_is_413() -
         seen.append((await receive())["body"])
         await _inner(scope, receive, send)
 
-    endpoint = ApiEndpoint(inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(inner, lambda: None, _DOORS, max_body_bytes=1000, tenants=_no_keys)
     with_body = {**_scope("/health", "GET"), "headers": [(b"content-length", b"3")]}
     small = _Recorder(b"abc")
     await endpoint(with_body, small.receive, small.send)
@@ -466,7 +474,7 @@ async def test_requests_no_client_sends_are_refused_and_the_connection_closed(
     async def inner(scope: Any, receive: Any, send: Any) -> None:
         called.append(True)
 
-    endpoint = ApiEndpoint(inner, lambda: None, _DOORS, max_body_bytes=1000, api_keys=())
+    endpoint = ApiEndpoint(inner, lambda: None, _DOORS, max_body_bytes=1000, tenants=_no_keys)
     for scope in (_scope(), _scope("/health", "GET")):
         call = _Recorder(b"abc")
         await endpoint({**scope, "headers": headers}, call.receive, call.send)

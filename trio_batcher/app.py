@@ -40,6 +40,7 @@ from .serving import tidy_heap_periodically
 from .settings import Settings
 from .store import SQLiteResponseStore, resolve_data_dir
 from .store.purge import purge_expired_periodically
+from .tenants import TenantsWatcher
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
 
 log = logging.getLogger("trio_batcher")
@@ -112,6 +113,13 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
     # Opened on first use: a gateway that never stores a response never touches the disk.
     responses = SQLiteResponseStore(resolve_data_dir(settings.data_dir))
+    # Who is who: PROXY_API_KEYS and the tenants file (validated by Settings.check, so a
+    # bad file has already stopped `serve`; here it raises). Reloaded while serving.
+    tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
+
+    def keyed() -> bool:
+        return tenants.directory.auth_required
+
     app.asgi_app = OriginPolicy(  # type: ignore[method-assign,assignment]
         ApiEndpoint(
             app.asgi_app,
@@ -120,10 +128,10 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 CHAT_PATH: OpenAIChatDoor(settings),
                 MESSAGES_PATH: MessagesDoor(),
                 COUNT_TOKENS_PATH: CountTokensDoor(),
-                RESPONSES_PATH: ResponsesDoor(settings, responses),
+                RESPONSES_PATH: ResponsesDoor(settings, responses, keyed),
             },
             max_body_bytes=settings.max_body_bytes,
-            api_keys=settings.proxy_api_keys,
+            tenants=lambda: tenants.directory,
             body_timeout=settings.request_timeout_s,
         ),
         settings.cors_allow_origins,
@@ -137,10 +145,12 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.before_serving
     async def _startup() -> None:
-        rt = Runtime(settings)
+        rt = Runtime(settings, tenants)
         rt.gc_pauses.install()
+        await app.nursery.start(tenants.run)
         if rt.shared is not None:  # connected before the first job asks for a slot
             await app.nursery.start(rt.shared.run)
+        await app.nursery.start(rt.run_ledger)
         await app.nursery.start(rt.dispatcher.run)
         app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
         app.nursery.start_soon(purge_expired_periodically, responses)
@@ -207,9 +217,10 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.before_request
     async def _authenticate() -> None:
-        if not settings.proxy_api_keys or not request.path.startswith("/v1/"):
+        directory = tenants.directory
+        if not directory.auth_required or not request.path.startswith("/v1/"):
             return
-        if not key_matches(_client_key(), settings.proxy_api_keys):
+        if directory.lookup(_client_key()) is None:
             raise proxy_key_error()
 
     # -- routes ---------------------------------------------------------------------------
@@ -245,7 +256,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             return json_response(anthropic_model(found, catalogue.infos))
         return json_response(found)
 
-    app.register_blueprint(responses_blueprint(responses, lambda: bool(settings.proxy_api_keys)))
+    app.register_blueprint(responses_blueprint(responses, keyed))
 
     @app.post(RESPONSES_PATH)
     @app.post(MESSAGES_PATH)
@@ -277,8 +288,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         token = _client_key()
         if settings.metrics_token:
             return key_matches(token, (settings.metrics_token,))
-        if settings.proxy_api_keys:
-            return key_matches(token, settings.proxy_api_keys)
+        directory = tenants.directory
+        if directory.auth_required:
+            return directory.lookup(token) is not None
         return True
 
     def _metrics_disabled() -> ProxyError:

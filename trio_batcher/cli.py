@@ -25,6 +25,7 @@ from .bench import add_bench_parser, run_bench
 from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
+from .tenants import load_tenants
 from .tenants.keys_cli import add_keys_parser, run_keys
 from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
 
@@ -39,6 +40,13 @@ _EXIT_MARGIN_S: Final = 5.0
 def _fail(message: str) -> NoReturn:
     print(f"{_PROG}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _keys_required(settings: Settings) -> bool:
+    """Whether clients need a key: PROXY_API_KEYS, or a tenants file that lists keys."""
+    if settings.proxy_api_keys:
+        return True
+    return load_tenants(settings.tenants_file).auth_required
 
 
 def _is_loopback(host: str) -> bool:
@@ -352,12 +360,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
             if (
                 not _is_loopback(args.host)
-                and not settings.proxy_api_keys
+                and not _keys_required(settings)
                 and not args.allow_unauthenticated
             ):
                 _fail(
-                    f"refusing to bind non-loopback --host {args.host} without PROXY_API_KEYS; set "
-                    "PROXY_API_KEYS or pass --allow-unauthenticated."
+                    f"refusing to bind non-loopback --host {args.host} without client keys; set "
+                    "PROXY_API_KEYS or give tenants keys in TENANTS_FILE, or pass "
+                    "--allow-unauthenticated."
                 )
             if not 0 <= args.port <= 65535:
                 _fail(f"--port must be between 0 and 65535, got {args.port}")

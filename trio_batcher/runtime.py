@@ -17,13 +17,18 @@ from .admission.dispatch import DirectDispatcher, Dispatcher
 from .admission.gate import AdmissionGate
 from .admission.windows import Batcher
 from .cluster.shared_state import SharedState
+from .cluster.spend import RedisSpendStore
 from .edge.models import ModelCatalogue, find_model
 from .observatory.gc_pauses import GcPauses
 from .observatory.metrics import Gauges, MetricsRegistry
 from .observatory.pricing import load_pricing
 from .observatory.prometheus import PrometheusExporter
 from .pipeline.core import Pipeline
+from .pipeline.tenancy import TenantGuard
 from .settings import Settings
+from .store import resolve_data_dir
+from .tenants import SpendStore, SQLiteSpendStore, TenantRateLimits, TenantsWatcher
+from .tenants.ledger import SpendLedger
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
 
@@ -34,8 +39,10 @@ __all__ = ["Runtime"]
 class Runtime:
     """The long-lived parts of a running app, created in ``before_serving``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tenants: TenantsWatcher | None = None) -> None:
         self.settings = settings
+        self.tenants = tenants or TenantsWatcher(None, proxy_api_keys=settings.proxy_api_keys)
+        pricing = load_pricing(settings.pricing_file)
         self.http = new_upstream_pool(settings)
         self.upstream = UpstreamClient(settings, self.http)
         self.models = ModelCatalogue(self.upstream.list_models)
@@ -50,8 +57,10 @@ class Runtime:
             default_model = settings.default_model
             self.metrics = MetricsRegistry(
                 window=settings.metrics_latency_window,
-                pricing=load_pricing(settings.pricing_file),
+                pricing=pricing,
                 known_model=lambda name: find_model(name, default_model) is not None,
+                # Tenant labels are the configured names, whatever a client sends.
+                known_tenants=lambda: self.tenants.directory.names(),
             )
         limiter: trio.CapacityLimiter | None = None
         if settings.batch_enabled:
@@ -85,6 +94,10 @@ class Runtime:
             )
         else:
             self.dispatcher = DirectDispatcher()
+        # Budgets are enforced once ``run_ledger`` has loaded what was spent.
+        self.rate_limits = TenantRateLimits()
+        self.ledger: SpendLedger | None = None
+        self.guard = TenantGuard(self.rate_limits, None, pricing, on_refused=self._record_refused)
         self.pipeline = Pipeline(
             settings=settings,
             upstream=self.upstream,
@@ -92,6 +105,7 @@ class Runtime:
             gate=self.gate,
             metrics=self.metrics,
             resilience=self.resilience,
+            guard=self.guard,
         )
         self.prometheus = (
             PrometheusExporter(
@@ -123,6 +137,42 @@ class Runtime:
             "adaptive_limit": stats.current_limit,
             "failures_by_signal": dict(stats.failures_by_signal),
         }
+
+    async def run_ledger(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The tenants' spend, for budgets: the cluster's with shared state (Redis, so every
+        instance sees every other's spend within a second), else this machine's (SQLite in
+        ``DATA_DIR``, so a restart keeps it). Follows the tenants file's reloads. Start it
+        after ``shared.run``: it needs the Redis link."""
+        link = self.shared.link if self.shared is not None else None
+        store: SpendStore = (
+            RedisSpendStore(link)
+            if link is not None
+            else SQLiteSpendStore(resolve_data_dir(self.settings.data_dir))
+        )
+        ledger = SpendLedger(store)
+        directory = self.tenants.directory
+        ledger.set_tenants(directory)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(ledger.run)
+                self.ledger = self.guard.budgets = ledger
+                task_status.started()
+                while True:  # a reload swaps the directory: budgets and buckets follow
+                    await trio.sleep(1.0)
+                    if self.tenants.directory is not directory:
+                        directory = self.tenants.directory
+                        ledger.set_tenants(directory)
+                        self.rate_limits.prune(directory.names())
+        finally:
+            self.guard.budgets = None
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await store.aclose()
+
+    def _record_refused(self, tenant: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.record_rejected(reason, tenant=tenant)
 
     def cluster_statistics(self) -> dict[str, Any] | None:
         """The ``cluster`` block of ``GET /metrics``: ``None`` without ``REDIS_URL``."""

@@ -73,6 +73,11 @@ class SharedState:
         self._link: RedisLink | None = None
         self._requests_to_count = 0
 
+    @property
+    def link(self) -> RedisLink | None:
+        """The Redis link, once ``run()`` has started (for the tenants' spend)."""
+        return self._link
+
     # -- SharedSlots -------------------------------------------------------------------------
 
     def new_holder(self) -> str:

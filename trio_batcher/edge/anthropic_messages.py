@@ -91,7 +91,7 @@ class MessagesDoor(_AnthropicDoor):
         except ProxyError as exc:
             raise self.refused(pipeline, exc, incoming) from None
         request = self.upstream_request(incoming, model, stream)
-        return await pipeline.handle(request, _CODEC, incoming.arrived)
+        return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
 
 
 @final

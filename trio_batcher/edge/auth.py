@@ -47,7 +47,8 @@ def proxy_key_error() -> ProxyError:
     return ProxyError(
         401,
         "Missing or invalid API key: send 'Authorization: Bearer <key>' (or an 'api-key' or "
-        "'x-api-key' header) with one of the keys in PROXY_API_KEYS.",
+        "'x-api-key' header) with one of the gateway's keys (PROXY_API_KEYS, or a tenant's "
+        "in TENANTS_FILE).",
         type="authentication_error",
         code="invalid_api_key",
         headers={"WWW-Authenticate": "Bearer"},

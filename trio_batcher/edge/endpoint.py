@@ -33,7 +33,8 @@ import trio
 from ..errors import ProxyError, forget_traceback
 from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
-from .auth import client_key, key_matches, proxy_key_error
+from ..tenants import Tenant, TenantDirectory
+from .auth import client_key, proxy_key_error
 from .body import LARGE_BODY_BYTES, parse_json_body, read_body
 from .http import (
     ASGIApp,
@@ -90,7 +91,8 @@ class ApiEndpoint:
       pipeline: returns the running app's ``Pipeline``, or None before startup.
       doors: the door for each canonical path.
       max_body_bytes: ``MAX_BODY_BYTES``.
-      api_keys: ``PROXY_API_KEYS`` (empty: no key needed).
+      tenants: returns the tenant directory in force (``PROXY_API_KEYS`` and the tenants
+        file): who a presented key is, and whether a key is needed at all.
       body_timeout: seconds from arrival by which the whole body must be in
         (``REQUEST_TIMEOUT_S``); a client still sending then gets 408 and the connection is
         closed, so a slow drip cannot hold a connection and a buffer for ever.
@@ -103,14 +105,14 @@ class ApiEndpoint:
         doors: Mapping[str, Door],
         *,
         max_body_bytes: int,
-        api_keys: tuple[str, ...],
+        tenants: Callable[[], TenantDirectory],
         body_timeout: float = math.inf,
     ) -> None:
         self._inner = inner
         self._pipeline = pipeline
         self._doors = dict(doors)
         self._max_body_bytes = max_body_bytes
-        self._api_keys = api_keys
+        self._tenants = tenants
         self._body_timeout = body_timeout
         # Large bodies are parsed in a worker thread, one at a time: the event loop keeps
         # serving everyone else, and a flood of them queues instead of using every core.
@@ -140,7 +142,7 @@ class ApiEndpoint:
         try:
             if pipeline is None:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
-            self._authenticate(scope)
+            tenant = self._authenticate(scope)
             raw = None
             with trio.move_on_at(arrived + self._body_timeout) as reading:
                 raw = await read_body(scope, receive, self._max_body_bytes)
@@ -172,15 +174,17 @@ class ApiEndpoint:
                     exc.headers["Server-Timing"] = timing.server_timing_header()
             await _send_error(send, exc, door, scope)
             return
-        incoming = Incoming(payload, raw, scope, arrived, len(raw) >= LARGE_BODY_BYTES)
+        incoming = Incoming(payload, raw, scope, arrived, len(raw) >= LARGE_BODY_BYTES, tenant)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
             await _answer(door, pipeline, incoming, send)
             nursery.cancel_scope.cancel()
 
-    def _authenticate(self, scope: Scope) -> None:
-        if not self._api_keys:
-            return
+    def _authenticate(self, scope: Scope) -> Tenant:
+        """The sender's tenant (``anonymous`` when no key is needed); 401 otherwise."""
+        directory = self._tenants()
+        if not directory.auth_required:
+            return directory.lookup(None)  # type: ignore[return-value]
         found: dict[bytes, str] = {}
         for name, value in scope["headers"]:
             if name in _KEY_HEADERS:
@@ -188,8 +192,10 @@ class ApiEndpoint:
         key = client_key(
             found.get(b"authorization"), found.get(b"api-key"), found.get(b"x-api-key")
         )
-        if not key_matches(key, self._api_keys):
+        tenant = directory.lookup(key)
+        if tenant is None:
             raise proxy_key_error()
+        return tenant
 
 
 async def _answer(door: Door, pipeline: Pipeline, incoming: Incoming, send: Send) -> None:

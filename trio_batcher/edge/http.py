@@ -18,6 +18,7 @@ import trio
 
 from ..errors import ProxyError
 from ..pipeline.contract import StreamReply
+from ..tenants import Tenant
 
 log = logging.getLogger("trio_batcher")
 
@@ -39,6 +40,7 @@ class Incoming:
       scope: the ASGI scope (headers, path, query string).
       arrived: ``trio.current_time()`` when the request arrived; its deadline counts from here.
       large: the body is large enough to translate off the event loop.
+      tenant: who sent it (its key's tenant), or None where tenants are not checked.
     """
 
     payload: object
@@ -46,6 +48,7 @@ class Incoming:
     scope: Scope
     arrived: float
     large: bool
+    tenant: Tenant | None = None
 
 
 # How long after a stream's deadline its resources are freed even if a write is stuck.

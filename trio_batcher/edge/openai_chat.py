@@ -66,7 +66,7 @@ class OpenAIChatDoor:
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
         codec = OpenAIChatCodec(tr, completion_id=new_completion_id(), created=int(time.time()))
-        return await pipeline.handle(_upstream_request(tr), codec, arrived)
+        return await pipeline.handle(_upstream_request(tr), codec, arrived, incoming.tenant)
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
         return JSONReply(exc.body(), exc.headers, exc.status)

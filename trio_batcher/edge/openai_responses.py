@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, final
 
 import trio
@@ -91,20 +91,23 @@ class ResponsesDoor:
     surface: Final = SURFACE
     generates: Final = True
 
-    def __init__(self, settings: Settings, store: ResponseStore) -> None:
+    def __init__(
+        self, settings: Settings, store: ResponseStore, keyed: Callable[[], bool] | None = None
+    ) -> None:
         self._options = TranslationOptions(
             default_model=settings.default_model,
             default_max_tokens=settings.default_max_tokens,
             anthropic_version=settings.anthropic_version,
         )
         self._store = store
-        self._keyed = bool(settings.proxy_api_keys)
+        # Whether client keys are required (then each key owns what it stores).
+        self._keyed = keyed or (lambda: bool(settings.proxy_api_keys))
         self._retention_s = settings.responses_retention_days * _DAY_S
         self._large_bodies = trio.CapacityLimiter(1)
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         payload = incoming.payload
-        owner = request_owner(incoming.scope["headers"], self._keyed)
+        owner = request_owner(incoming.scope["headers"], self._keyed())
         try:
             history = await self._history(payload, owner)
             references = await self._references(payload, history, owner)
@@ -127,7 +130,9 @@ class ResponsesDoor:
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
         codec = ResponsesCodec(tr, response_id=new_response_id(), created_at=int(time.time()))
-        reply = await pipeline.handle(_upstream_request(tr), codec, incoming.arrived)
+        reply = await pipeline.handle(
+            _upstream_request(tr), codec, incoming.arrived, incoming.tenant
+        )
         if not tr.store:
             return reply
         keep = _Keeper(self._store, tr, codec, owner, self._retention_s)

@@ -6,9 +6,12 @@ The pipeline speaks the upstream's own currency: a door at the edge has already 
 client's body into an ``UpstreamRequest`` (or refused it with a 400, before anything here
 runs, so bad input never costs an upstream call) and gives a ``ReplyCodec`` that encodes
 answers in the client's dialect. Gate, windows, dispatcher, resilience, cancellation and
-metrics therefore serve every dialect alike. A request passes three stations, each of
+metrics therefore serve every dialect alike. A request passes four stations, each of
 which can end it with a ``ProxyError``:
 
+0. **tenant**: the sender's tenant may use this model, is within its budget and its rate
+   limits (``tenancy.TenantGuard``: 403 or 429, charged nothing); its grant carries the
+   fair share the gate schedules by, and is settled with the usage wherever that is known.
 1. **admit**: the admission gate hands out a ``Slot`` or sheds the request (429, or 503
    while shutting down). The slot is held until the reply is completely sent -- for a
    stream, until its last byte -- and released exactly once, in a ``finally``.
@@ -20,7 +23,7 @@ which can end it with a ``ProxyError``:
    stream relay), whose ``finally`` cancels the ticket: a queued job is never
    dispatched, a running one has its own cancel scope cancelled and its upstream
    connection closed at once.
-3. **relay**: a non-stream reply is encoded and sent. A stream job pumps upstream SSE
+3. **relay**: a non-stream reply is encoded and sent. A stream job (``stream_job.py``) pumps upstream SSE
    events into a small bounded channel (so a slow client slows the upstream read instead of
    growing a buffer); the handler reads until the first content event before answering, so
    an upstream failure before any content is still a proper HTTP error status, then hands
@@ -33,9 +36,9 @@ upstream byte; passing it answers 504 (or, mid-stream, an error event).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final, final
 
@@ -46,27 +49,24 @@ from ..admission.gate import AdmissionGate, Shed, Slot
 from ..errors import ProxyError
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
-from ..upstream.client import UpstreamClient, UpstreamReply, UpstreamStream
-from ..upstream.errors import status_for_error_type, upstream_error
+from ..tenants import Tenant
+from ..upstream.client import UpstreamClient, UpstreamReply
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import (
     Resilience,
     StreamEvent,
-    StreamStart,
     call_with_resilience,
-    open_until_content,
 )
 from .contract import CLIENT_CLOSED, JSONReply, ReplyCodec, StreamReply
-from .relay import HEADERS_EVENT, StreamRelay, deadline_error
-from .tally import event_kind
+from .relay import StreamRelay, deadline_error
+from .stream_job import pump_stream
+from .tenancy import TenantGrant, TenantGuard
 
 __all__ = ["Pipeline"]
 
 # Upstream events buffered between the pump and the client. Small on purpose: the upstream
 # read waits for the client rather than the proxy holding a growing backlog.
 _STREAM_BUFFER: Final = 16
-# How long the stream job reads on after message_stop for the upstream to end its body.
-_LINGER_AFTER_STOP_S: Final = 1.0
 
 
 @final
@@ -82,41 +82,74 @@ class Pipeline:
         gate: AdmissionGate,
         metrics: MetricsRegistry | None,
         resilience: Resilience | None = None,
+        guard: TenantGuard | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
+        self._guard = guard
         self._resilience = resilience or Resilience()
         self._upstream = upstream
         self._dispatcher = dispatcher
         self._gate = gate
 
     async def handle(
-        self, request: UpstreamRequest, codec: ReplyCodec, arrived: float
+        self,
+        request: UpstreamRequest,
+        codec: ReplyCodec,
+        arrived: float,
+        tenant: Tenant | None = None,
     ) -> JSONReply | StreamReply:
-        """Answer one request; raises ``ProxyError`` (already ``codec.error``-ed) for
-        anything but success."""
+        """Answer one request for ``tenant`` (None: no tenant checks or fair share);
+        raises ``ProxyError`` (already ``codec.error``-ed) for anything but success."""
         deadline = arrived + self.settings.request_timeout_s
+        grant: TenantGrant | None = None
+        if tenant is not None:
+            request = replace(request, tenant=tenant.name)
+            if self._guard is not None:
+                try:
+                    grant = self._guard.admit(tenant, request)
+                except ProxyError as exc:  # counted by the guard, under the tenant
+                    timing = Timing(total=trio.current_time() - arrived)
+                    exc.headers["Server-Timing"] = timing.server_timing_header()
+                    raise codec.error(exc) from None
         early = self._resilience.shed_error(deadline, request.model)
         if early is not None:  # the upstream asked us to wait longer than this request may
+            if grant is not None:
+                grant.refund()
             if self.metrics is not None:
-                self.metrics.record_rejected(early.code or "upstream_cooldown")
+                self.metrics.record_rejected(
+                    early.code or "upstream_cooldown", tenant=request.tenant
+                )
             timing = Timing(total=trio.current_time() - arrived)
             early.headers["Server-Timing"] = timing.server_timing_header()
             raise codec.error(early)
-        slot = await self._admit(request, arrived, deadline)
+        try:
+            slot = await self._admit(request, arrived, deadline, grant)
+        except BaseException:
+            if grant is not None:
+                grant.refund()
+            raise
         try:
             if request.stream:
-                return await self._start_stream(request, codec, slot, arrived, deadline)
+                return await self._start_stream(request, codec, slot, arrived, deadline, grant)
             try:
-                return await self._complete(request, codec, arrived, deadline)
+                return await self._complete(request, codec, arrived, deadline, grant)
             finally:
                 slot.release()
         except ProxyError as exc:
             raise codec.error(exc) from None
 
-    async def _admit(self, request: UpstreamRequest, arrived: float, deadline: float) -> Slot:
+    async def _admit(
+        self,
+        request: UpstreamRequest,
+        arrived: float,
+        deadline: float,
+        grant: TenantGrant | None,
+    ) -> Slot:
         try:
-            return await self._gate.acquire(deadline)
+            return await self._gate.acquire(
+                deadline, tenant=grant.share if grant is not None else None
+            )
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
             waited = trio.current_time() - arrived
@@ -128,7 +161,7 @@ class Pipeline:
             raise
         except Shed as shed:
             if self.metrics is not None:
-                self.metrics.record_rejected(shed.reason)
+                self.metrics.record_rejected(shed.reason, tenant=request.tenant)
             waited = trio.current_time() - arrived
             headers = {
                 "Retry-After": str(math.ceil(shed.retry_after)),
@@ -153,7 +186,12 @@ class Pipeline:
     # -- non-streaming ------------------------------------------------------------------------
 
     async def _complete(
-        self, request: UpstreamRequest, codec: ReplyCodec, arrived: float, deadline: float
+        self,
+        request: UpstreamRequest,
+        codec: ReplyCodec,
+        arrived: float,
+        deadline: float,
+        grant: TenantGrant | None,
     ) -> JSONReply:
         dispatched: float | None = None
 
@@ -185,10 +223,14 @@ class Pipeline:
             raise
         finally:
             if status != 200:
+                if grant is not None:  # no usage: the request counts, its tokens do not
+                    grant.refund() if dispatched is None else grant.settle(request.model, None)
                 timing = self.timing(arrived, dispatched)
                 if failure is not None:  # an error answer shows where its time went too
                     failure.headers["Server-Timing"] = timing.server_timing_header()
                 self.record_error(request, status, timing)
+        if grant is not None:
+            grant.settle(request.model, reply.message.get("usage"))
         body = codec.reply(reply.message, reply.raw)
         timing = self.timing(
             arrived, dispatched, reply.started_at, reply.first_byte_at, reply.finished_at
@@ -199,67 +241,13 @@ class Pipeline:
                 reply.message.get("usage") or {},
                 timing,
                 surface=request.surface,
+                tenant=request.tenant,
             )
         headers = codec.headers(reply.headers)
         headers["Server-Timing"] = timing.server_timing_header()
         return JSONReply(body, headers)
 
     # -- streaming ----------------------------------------------------------------------------
-
-    async def _pump(
-        self,
-        request: UpstreamRequest,
-        deadline: float,
-        send: trio.MemorySendChannel[StreamEvent],
-    ) -> None:
-        """The stream job: relay upstream events into ``send`` until the stream ends.
-
-        Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
-        batching) for the whole stream. Opening the stream and reading up to its first
-        content event is one retryable attempt; after that nothing is retried, because
-        the client may already have content. Returns quietly if the reader went away.
-        """
-        complete = False
-        async with send:
-            with trio.move_on_at(deadline) as scope:
-                start = await call_with_resilience(
-                    partial(
-                        open_until_content,
-                        partial(self._upstream.open_stream, request),
-                        error_for=_prelude_error,
-                    ),
-                    deadline=deadline,
-                    ctx=self._resilience,
-                    headers_of=_stream_headers_of,
-                    model=request.model,
-                )
-                try:
-                    upstream = {
-                        "headers": start.stream.headers,
-                        "started_at": start.stream.started_at,
-                        "first_byte_at": start.stream.first_byte_at,
-                    }
-                    await send.send((HEADERS_EVENT, upstream, ""))
-                    for item in start.prelude:
-                        await send.send(item)
-                    async for item in start.rest:
-                        await send.send(item)
-                        if event_kind(item[0], item[1]) == "message_stop":
-                            complete = True
-                            break
-                    await send.aclose()  # the answer is complete: the relay may finish
-                    # An upstream should end its body right after message_stop; reading
-                    # that end lets the connection be reused, and one that lingers is
-                    # not waited for.
-                    with trio.move_on_after(_LINGER_AFTER_STOP_S):
-                        async for _ in start.rest:
-                            pass
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-                finally:
-                    await start.aclose()
-            if scope.cancelled_caught and not complete:
-                raise deadline_error(self.settings)
 
     async def _start_stream(
         self,
@@ -268,17 +256,29 @@ class Pipeline:
         slot: Slot,
         arrived: float,
         deadline: float,
+        grant: TenantGrant | None,
     ) -> StreamReply:
         send, recv = trio.open_memory_channel[StreamEvent](_STREAM_BUFFER)
         try:
             ticket: Ticket[None] = self._dispatcher.submit_nowait(
-                partial(self._pump, request, deadline, send), scope=request.model
+                partial(
+                    pump_stream,
+                    self._upstream,
+                    self._resilience,
+                    self.settings,
+                    request,
+                    deadline,
+                    send,
+                ),
+                scope=request.model,
             )
         except BaseException:
             # Refused (the dispatcher is shutting down): the slot is still ours to give back.
             slot.release()
+            if grant is not None:
+                grant.refund()
             raise
-        relay = StreamRelay(self, request, codec, ticket, recv, slot, arrived)
+        relay = StreamRelay(self, request, codec, ticket, recv, slot, arrived, grant)
         handed_off = False
         try:
             with trio.move_on_at(deadline):
@@ -360,6 +360,7 @@ class Pipeline:
                 stream=request.stream,
                 usage=usage,
                 surface=request.surface,
+                tenant=request.tenant,
             )
 
     # -- calls that generate nothing --------------------------------------------------------
@@ -404,17 +405,3 @@ class Pipeline:
 
 def _reply_headers_of(reply: UpstreamReply) -> Mapping[str, str]:
     return reply.headers
-
-
-def _stream_headers_of(start: StreamStart[UpstreamStream]) -> Mapping[str, str]:
-    return start.stream.headers
-
-
-def _prelude_error(data: Mapping[str, Any], headers: Mapping[str, str]) -> ProxyError:
-    """An ``error`` event before any content, as the error an HTTP status would have been."""
-    error = data.get("error")
-    kind = error.get("type") if isinstance(error, Mapping) else None
-    body = {"type": "error", "error": error if isinstance(error, Mapping) else {}}
-    return upstream_error(
-        status_for_error_type(kind), json.dumps(body, ensure_ascii=False).encode(), headers
-    )

@@ -27,6 +27,7 @@ from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import StreamEvent
 from .contract import CLIENT_CLOSED, ReplyCodec
 from .tally import StreamTally, event_kind
+from .tenancy import TenantGrant
 
 if TYPE_CHECKING:
     from .core import Pipeline
@@ -82,8 +83,10 @@ class StreamRelay:
         recv: trio.MemoryReceiveChannel[StreamEvent],
         slot: Slot,
         arrived: float,
+        grant: TenantGrant | None = None,
     ) -> None:
         self._pipeline = pipeline
+        self._grant = grant
         self._request = request
         self._codec = codec
         self._encoder = codec.stream()
@@ -227,22 +230,26 @@ class StreamRelay:
             self._ticket.cancel()
         self._recv.close()
         self._slot.release()
-        metrics = self._pipeline.metrics
-        if metrics is None:
-            return
-
-        timing = self.timing()
         usage = self._tally.usage
-        if self.status == 200:
-            metrics.record_success(
-                self._request.model, usage, timing, stream=True, surface=self._request.surface
-            )
-        else:
+        if self.status != 200 and usage:
             # What the upstream reported before the end is spent all the same. Anthropic
             # reports output tokens only at the end, so the deltas relayed (each at least a
             # token) stand in for them when that is more.
-            if usage:
-                usage["output_tokens"] = max(
-                    int(usage.get("output_tokens") or 0), self._tally.deltas
-                )
+            usage["output_tokens"] = max(int(usage.get("output_tokens") or 0), self._tally.deltas)
+        if self._grant is not None:
+            self._grant.settle(self._request.model, usage)
+        metrics = self._pipeline.metrics
+        if metrics is None:
+            return
+        timing = self.timing()
+        if self.status == 200:
+            metrics.record_success(
+                self._request.model,
+                usage,
+                timing,
+                stream=True,
+                surface=self._request.surface,
+                tenant=self._request.tenant,
+            )
+        else:
             self._pipeline.record_error(self._request, self.status, timing, usage)

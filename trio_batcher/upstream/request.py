@@ -30,6 +30,8 @@ class UpstreamRequest:
         ``None`` serialises ``body``.
       headers: extra request headers for the upstream (``anthropic-beta``, and an
         ``anthropic-version`` that replaces the configured one), lower-case ASCII names.
+      tenant: the name of the tenant it is for (never its key), which the observatory
+        counts it under; set by the pipeline once the tenant is admitted.
     """
 
     body: Mapping[str, Any]
@@ -38,3 +40,4 @@ class UpstreamRequest:
     surface: str
     content: bytes | None = None
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    tenant: str | None = None

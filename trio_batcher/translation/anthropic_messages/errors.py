@@ -52,7 +52,14 @@ _FINAL: Final = frozenset({400, 401, 403, 404, 405, 413, 415, 422, 431})
 _RELAYED: Final = ("request-id", "retry-after", "retry-after-ms", "x-should-retry")
 _RATELIMIT_PREFIX: Final = "anthropic-ratelimit-"
 # Our own headers that stay whatever the dialect.
-_KEPT: Final = ("server-timing", "connection", "www-authenticate", "allow", "accept-encoding")
+_KEPT: Final = (
+    "server-timing",
+    "connection",
+    "www-authenticate",
+    "allow",
+    "accept-encoding",
+    "x-should-retry",
+)
 
 
 def relayed_headers(upstream: Mapping[str, str]) -> dict[str, str]:

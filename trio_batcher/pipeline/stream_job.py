@@ -1,0 +1,106 @@
+"""The stream job: one upstream stream, read into a bounded channel for the relay.
+
+Runs in the dispatcher's nursery, so it holds the upstream slot (a limiter token when
+batching) for the whole stream; the relay (``relay.StreamRelay``) reads the other end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, Final
+
+import trio
+
+from ..errors import ProxyError
+from ..settings import Settings
+from ..upstream.client import UpstreamClient, UpstreamStream
+from ..upstream.errors import status_for_error_type, upstream_error
+from ..upstream.request import UpstreamRequest
+from ..upstream.resilience import (
+    Resilience,
+    StreamEvent,
+    StreamStart,
+    call_with_resilience,
+    open_until_content,
+)
+from .relay import HEADERS_EVENT, deadline_error
+from .tally import event_kind
+
+__all__ = ["pump_stream"]
+
+# How long the stream job reads on after message_stop for the upstream to end its body.
+_LINGER_AFTER_STOP_S: Final = 1.0
+
+
+async def pump_stream(
+    upstream: UpstreamClient,
+    resilience: Resilience,
+    settings: Settings,
+    request: UpstreamRequest,
+    deadline: float,
+    send: trio.MemorySendChannel[StreamEvent],
+) -> None:
+    """The stream job: relay upstream events into ``send`` until the stream ends.
+
+    Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
+    batching) for the whole stream. Opening the stream and reading up to its first
+    content event is one retryable attempt; after that nothing is retried, because
+    the client may already have content. Returns quietly if the reader went away.
+    """
+    complete = False
+    async with send:
+        with trio.move_on_at(deadline) as scope:
+            start = await call_with_resilience(
+                partial(
+                    open_until_content,
+                    partial(upstream.open_stream, request),
+                    error_for=_prelude_error,
+                ),
+                deadline=deadline,
+                ctx=resilience,
+                headers_of=_stream_headers_of,
+                model=request.model,
+            )
+            try:
+                opened = {
+                    "headers": start.stream.headers,
+                    "started_at": start.stream.started_at,
+                    "first_byte_at": start.stream.first_byte_at,
+                }
+                await send.send((HEADERS_EVENT, opened, ""))
+                for item in start.prelude:
+                    await send.send(item)
+                async for item in start.rest:
+                    await send.send(item)
+                    if event_kind(item[0], item[1]) == "message_stop":
+                        complete = True
+                        break
+                await send.aclose()  # the answer is complete: the relay may finish
+                # An upstream should end its body right after message_stop; reading
+                # that end lets the connection be reused, and one that lingers is
+                # not waited for.
+                with trio.move_on_after(_LINGER_AFTER_STOP_S):
+                    async for _ in start.rest:
+                        pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            finally:
+                await start.aclose()
+        if scope.cancelled_caught and not complete:
+            raise deadline_error(settings)
+
+
+def _stream_headers_of(start: StreamStart[UpstreamStream]) -> Mapping[str, str]:
+    return start.stream.headers
+
+
+def _prelude_error(data: Mapping[str, Any], headers: Mapping[str, str]) -> ProxyError:
+    """An ``error`` event before any content, as the error an HTTP status would have been."""
+    error = data.get("error")
+    kind = error.get("type") if isinstance(error, Mapping) else None
+    body = {"type": "error", "error": error if isinstance(error, Mapping) else {}}
+    return upstream_error(
+        status_for_error_type(kind), json.dumps(body, ensure_ascii=False).encode(), headers
+    )
