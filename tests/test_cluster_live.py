@@ -43,7 +43,14 @@ async def two_proxies(
             batch_max_wait_ms=1,
             redis_url=redis.url,
             redis_key_prefix=prefix,
-            **{"metrics_enabled": True, "upstream_max_retries": 0, **changes},
+            # A loaded CI machine can starve a proxy past the default 0.5 s deadline, which
+            # would be a fallback with Redis healthy; the outage test sets its own.
+            **{
+                "metrics_enabled": True,
+                "upstream_max_retries": 0,
+                "redis_timeout_s": 2.0,
+                **changes,
+            },
         )
         async with running_proxy(settings) as a, running_proxy(settings) as b:
             yield a, b, sim
@@ -97,7 +104,8 @@ async def test_the_cap_holds_across_both_proxies_and_one_alone_can_use_all_of_it
     assert f"trio_batcher_cluster_upstream_cap{label} {float(CAP)}" in text
     assert f"trio_batcher_cluster_instances_alive{label} 2.0" in text
     redis_stats = cluster["redis"]
-    assert redis_stats["failures"] == 0 and redis_stats["commands"] >= 520  # 520 acquires
+    assert redis_stats["failures"] == 0 and redis_stats["commands"] >= 640  # 320 acquires
+    # and as many releases by this proxy at least
     assert 0 < redis_stats["p50"] <= redis_stats["p99"]
     p99 = redis_stats["p99"] / 1000
     assert (
