@@ -4,6 +4,8 @@ Each test starts ``serve --workers 2 --simulate`` (the simulator runs once, in t
 supervisor) and tells the workers apart from the outside: which worker holds the server end
 of a client's connection is read from the kernel's socket table (psutil), so no header or
 endpoint had to be added for the tests. Every wait polls for a condition under a deadline.
+SIGHUP, a reload, is followed into the workers through their log lines (which carry their
+pid) and proved by the keys they accept; one test checks a single ``serve`` survives it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ import pytest
 import trio
 
 from trio_batcher.settings import SPECS
-from trio_batcher.workers import RestartBackoff, worker_environment, worker_share
+from trio_batcher.tenants import hash_key
+from trio_batcher.workers import (
+    RestartBackoff,
+    sighup_set_aside,
+    worker_environment,
+    worker_share,
+)
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello"}]}
 # Two seconds of stream: 40 tokens at 20 tokens/s (simulator directive, see simulator/faults.py).
@@ -37,6 +45,10 @@ SLOW_STREAM = {
 }
 START_S = 60.0  # three interpreters importing the app, on a loaded 2-core machine
 _READY = re.compile(r"worker (\d+) serving")
+_STARTED = re.compile(r"worker \d+ started \(pid (\d+)\)")
+# What a worker's TenantsWatcher logs (workers' log lines carry their pid).
+_SIGHUP_RELOAD = re.compile(r"trio_batcher\[(\d+)\]: SIGHUP: reloading the tenants file")
+_RELOADED = re.compile(r"trio_batcher\[(\d+)\]: tenants file .* reloaded: ")
 
 
 def _free_port() -> int:
@@ -49,6 +61,12 @@ def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
     env.update(extra)
     return env
+
+
+def _sets_sighup_aside(pid: int) -> bool:
+    """The process ignores or catches SIGHUP (the kernel's view): it would survive one."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        return sighup_set_aside(status.read())
 
 
 def _gone(pid: int) -> bool:
@@ -109,9 +127,9 @@ class Cluster:
 
 
 @asynccontextmanager
-async def running_workers(tmp_path: Path, **env: str) -> AsyncIterator[Cluster]:
-    """``serve --workers 2 --simulate`` with an instant simulator, ready: both workers say
-    they serve. Whatever happens, every process is gone afterwards."""
+async def starting_workers(tmp_path: Path, **env: str) -> AsyncIterator[Cluster]:
+    """``serve --workers 2 --simulate`` with an instant simulator, as soon as it is
+    spawned. Whatever happens, every process is gone afterwards."""
     port = _free_port()
     log_path = tmp_path / "serve.log"
     argv = [
@@ -140,8 +158,6 @@ async def running_workers(tmp_path: Path, **env: str) -> AsyncIterator[Cluster]:
     cluster = Cluster(process, port, log_path)
     workers: set[int] = set()
     try:
-        with trio.fail_after(START_S):
-            await cluster.wait_for("start", lambda: len(cluster.ready_workers()) == 2)
         yield cluster
     finally:
         with trio.CancelScope(shield=True):
@@ -154,10 +170,62 @@ async def running_workers(tmp_path: Path, **env: str) -> AsyncIterator[Cluster]:
             await process.wait()
 
 
+@asynccontextmanager
+async def running_workers(tmp_path: Path, **env: str) -> AsyncIterator[Cluster]:
+    """``starting_workers``, ready: both workers say they serve."""
+    async with starting_workers(tmp_path, **env) as cluster:
+        with trio.fail_after(START_S):
+            await cluster.wait_for("start", lambda: len(cluster.ready_workers()) == 2)
+        yield cluster
+
+
 async def _answered_chat(client: httpx2.AsyncClient, url: str) -> None:
     reply = await client.post(f"{url}/v1/chat/completions", json=HELLO, timeout=30)
     assert reply.status_code == 200, reply.text
     assert reply.json()["object"] == "chat.completion"
+
+
+def _tenants_file(key: str) -> str:
+    """One tenant whose one key is ``key``: the same length whatever the key."""
+    return f'[[tenant]]\nname = "acme"\nkey_sha256 = ["{hash_key(key)}"]\n'
+
+
+def _signature(path: Path) -> tuple[int, int, int, int]:
+    """What ``TenantsWatcher``'s poll compares: device, inode, size, mtime (ns)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _rewrite_unseen_by_the_poll(path: Path, text: str) -> None:
+    """Write ``text`` into ``path``'s inode and put its modification time back: the size
+    must not change, so the poll's signature stays what it was."""
+    before = os.stat(path)
+    data = text.encode()
+    assert len(data) == before.st_size
+    with path.open("r+b") as file:
+        file.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+async def _every_worker_answers(cluster: Cluster, statuses: dict[str, int]) -> None:
+    """Ask ``/v1/models`` with each key in ``statuses`` on fresh connections until every
+    worker has answered some, each answer with the key's status; a deadline belongs around
+    the call."""
+    clients: list[httpx2.AsyncClient] = []
+    try:
+        while not all(cluster.clients_held().values()):
+            client = httpx2.AsyncClient(trust_env=False)
+            clients.append(client)
+            for key, status in statuses.items():  # all on one connection: one worker
+                headers = {"Authorization": f"Bearer {key}"}
+                reply = await client.get(f"{cluster.url}/v1/models", headers=headers, timeout=30)
+                assert reply.status_code == status, (key, reply.text)
+    finally:
+        with trio.CancelScope(shield=True):
+            for client in clients:
+                await client.aclose()
+    # The next call starts from no connection held.
+    await cluster.wait_for("closed", lambda: not any(cluster.clients_held().values()))
 
 
 # -- the per-worker cap and the restart delays (pure) -----------------------------------------
@@ -193,6 +261,13 @@ def test_restart_delays_double_to_a_ceiling_and_reset_after_a_healthy_minute() -
     assert backoff.delay_after(uptime=59.9) == 30.0
     assert backoff.delay_after(uptime=60.0) == 0.5
     assert backoff.delay_after(uptime=1.0) == 1.0
+
+
+def test_sighup_is_set_aside_when_ignored_or_caught_and_not_by_default() -> None:
+    status = "Name:\tpython\nSigPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n"
+    assert not sighup_set_aside(status + "SigIgn:\t0000000001001000\nSigCgt:\t0000000180004a02\n")
+    assert sighup_set_aside(status + "SigIgn:\t0000000001001001\nSigCgt:\t0000000180004a02\n")
+    assert sighup_set_aside(status + "SigIgn:\t0000000001001000\nSigCgt:\t0000000180004a03\n")
 
 
 # -- real processes ---------------------------------------------------------------------------
@@ -362,3 +437,98 @@ def test_workers_must_be_at_least_one() -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "trio-batcher: error: --workers must be at least 1, got 0"
+
+
+async def test_sighup_to_the_supervisor_makes_every_worker_reload_the_tenants_file_at_once(
+    tmp_path: Path,
+) -> None:
+    old_key, new_key = "tb-workers-key-before", "tb-workers-key-after"
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(_tenants_file(old_key))
+    env = {"TENANTS_FILE": str(tenants), "KEEPALIVE_TIMEOUT_S": "60"}
+    async with running_workers(tmp_path, **env) as cluster:
+        workers = cluster.workers()
+        with trio.fail_after(30):
+            await _every_worker_answers(cluster, {old_key: 200, new_key: 401})
+        # The new key replaces the old one where no poll can see it: while the workers are
+        # stopped, in place, same size, the modification time put back.
+        before = _signature(tenants)
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            _rewrite_unseen_by_the_poll(tenants, _tenants_file(new_key))
+        finally:
+            for pid in workers:
+                os.kill(pid, signal.SIGCONT)
+        assert _signature(tenants) == before
+        cluster.process.send_signal(signal.SIGHUP)
+
+        def reloaded() -> set[int]:
+            return {int(pid) for pid in _RELOADED.findall(cluster.log())}
+
+        with trio.fail_after(30):
+            await cluster.wait_for("both reload", lambda: reloaded() == workers)
+            await _every_worker_answers(cluster, {new_key: 200, old_key: 401})
+        log = cluster.log()
+        assert "SIGHUP forwarded to 2 workers" in log
+        # One reload in each worker, and that one on the signal: the poll did none.
+        assert sorted(_RELOADED.findall(log)) == sorted(_SIGHUP_RELOAD.findall(log))
+        assert sorted(map(int, _RELOADED.findall(log))) == sorted(workers)
+        assert cluster.workers() == workers and cluster.process.poll() is None
+        assert "starting a new one" not in log and "draining" not in log
+
+
+async def test_sighup_while_the_workers_start_neither_kills_nor_restarts_one(
+    tmp_path: Path,
+) -> None:
+    async with starting_workers(tmp_path) as cluster:
+        with trio.fail_after(START_S):
+            await cluster.wait_for(
+                "supervisor takes SIGHUP", lambda: _sets_sighup_aside(cluster.process.pid)
+            )
+            # From before the workers exist until both serve (and not one of them without a
+            # tenants file ever catches it).
+            while len(cluster.ready_workers()) < 2:
+                assert "starting a new one" not in cluster.log(), cluster.log()
+                cluster.process.send_signal(signal.SIGHUP)
+                await trio.sleep(0.05)
+            cluster.process.send_signal(signal.SIGHUP)
+            await cluster.wait_for(
+                "forwarded to both", lambda: "SIGHUP forwarded to 2 workers" in cluster.log()
+            )
+        log = cluster.log()
+        assert "is still starting: not sent SIGHUP" in log  # the signals did come that early
+        assert "starting a new one" not in log and "was killed" not in log
+        assert {int(pid) for pid in _STARTED.findall(log)} == cluster.workers()
+        assert len(cluster.workers()) == 2 and cluster.process.poll() is None
+
+
+async def test_sighup_does_not_end_a_single_serve_starting_or_without_a_tenants_file(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    log_path = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "trio_batcher", "serve", "--simulate", "--port", str(port)]
+    with log_path.open("wb") as log:
+        process = await trio.lowlevel.open_process(
+            argv, env=_clean_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        with trio.fail_after(START_S):
+            while not _sets_sighup_aside(process.pid):
+                assert process.poll() is None, log_path.read_text()
+                await trio.sleep(0.02)
+            while "trio-batcher: serving" not in log_path.read_text():
+                assert process.poll() is None, log_path.read_text()
+                process.send_signal(signal.SIGHUP)
+                await trio.sleep(0.05)
+        process.send_signal(signal.SIGHUP)
+        async with httpx2.AsyncClient(trust_env=False) as client:
+            reply = await client.get(f"http://127.0.0.1:{port}/health", timeout=30)
+        assert reply.status_code == 200
+        assert process.poll() is None, log_path.read_text()
+    finally:
+        with trio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.wait()

@@ -345,6 +345,12 @@ async def _simulate(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "serve" and hasattr(signal, "SIGHUP"):
+        # SIGHUP asks for a reload of the tenants file (TenantsWatcher catches it while the
+        # app runs; a supervisor forwards it to its workers). Before the app is ready, without
+        # a TENANTS_FILE and after the watcher stops, its default action would end the
+        # process: ignored here instead, and the watcher's receiver restores this on exit.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     serving_workers = args.command == "serve" and (args.workers != 1 or args.worker_fd is not None)
     _configure_logging(args.log_level, with_pid=serving_workers)
     try:

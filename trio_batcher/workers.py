@@ -41,6 +41,15 @@ Ctrl-C reaches only the parent. A worker still running ``stop_budget_s`` after t
 began is killed. The parent closes its copy of the socket once no worker can be spawned any
 more, so the port closes when the last worker stops listening. ``clean`` says whether every
 worker exited 0 in time. A second signal kills every worker and exits 130 at once.
+
+Reloading: SIGHUP to the parent (``kill -HUP``, systemd's ``ExecReload``) is neither a stop
+nor a restart: ``reload()`` forwards it to every live worker, whose ``TenantsWatcher`` then
+rereads ``TENANTS_FILE`` at once, as a single ``serve`` does on SIGHUP. A worker still
+starting is skipped: until its process has set SIGHUP aside (``serve`` ignores it from its
+entry point on, and the watcher catches it), the signal's default action would end it and the
+slot would be restarted; such a worker reads the file as its app is created anyway. The
+kernel tells which workers have (``SigIgn``/``SigCgt`` in ``/proc/PID/status``); without
+``/proc`` (not Linux) every live worker is signalled.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ __all__ = [
     "drain_when_supervisor_leaves",
     "open_listener",
     "serve_plan",
+    "sighup_set_aside",
     "worker_environment",
     "worker_share",
 ]
@@ -243,6 +253,27 @@ class Supervisor:
         """Drain every worker and return from ``run``; idempotent."""
         self._stop.set()
 
+    def reload(self) -> list[int]:
+        """Send SIGHUP to every live worker that can take it (see the module docstring), so
+        each rereads the tenants file now; the pids signalled. Never stops or restarts one.
+        """
+        signalled: list[int] = []
+        for index, process in sorted(self._processes.items()):
+            if process.returncode is not None:
+                continue
+            if not _takes_sighup(process.pid):
+                log.info(
+                    "worker %d (pid %d) is still starting: not sent SIGHUP, it reads the "
+                    "tenants file as it starts",
+                    index,
+                    process.pid,
+                )
+                continue
+            process.send_signal(signal.SIGHUP)
+            signalled.append(process.pid)
+        log.info("SIGHUP forwarded to %d workers %s", len(signalled), signalled)
+        return signalled
+
     async def run(
         self, host: str, port: int, *, task_status: trio.TaskStatus[tuple[str, int]]
     ) -> None:
@@ -340,13 +371,17 @@ class Supervisor:
 
     async def _watch_signals(self, *, task_status: trio.TaskStatus[None]) -> None:
         """First SIGINT/SIGTERM: ``stop()``. A second one: kill every worker and exit 130.
+        SIGHUP, at any time: ``reload()``.
 
         "Exit" is ``os._exit``, as for a single ``serve``: whoever sends a second signal wants
         the processes gone, not a cancellation that might wait on a shielded cleanup.
         """
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             task_status.started()
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    self.reload()
+                    continue
                 name = signal.Signals(signum).name
                 if self._stop.is_set():
                     self._kill_all_now(f"{name} received again, killing the workers")
@@ -364,6 +399,32 @@ class Supervisor:
                 process.kill()
         print(f"trio-batcher: {message}", file=sys.stderr, flush=True)
         os._exit(130)
+
+
+def sighup_set_aside(status: str) -> bool:
+    """Whether a ``/proc/PID/status`` text shows SIGHUP ignored or caught (``SigIgn`` /
+    ``SigCgt``, hexadecimal masks in which signal n is bit n - 1), not left to its default
+    action, which ends the process."""
+    bit = 1 << (signal.SIGHUP - 1)
+    for line in status.splitlines():
+        field, _, mask = line.partition(":")
+        if field in ("SigIgn", "SigCgt") and int(mask, 16) & bit:
+            return True
+    return False
+
+
+def _takes_sighup(pid: int) -> bool:
+    """Whether the child ``pid`` survives SIGHUP; True where the kernel cannot say.
+
+    A child not yet waited for keeps its ``/proc`` entry, even as a zombie, so an
+    ``OSError`` means there is no ``/proc`` here.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as file:
+            status = file.read()
+    except OSError:
+        return True
+    return sighup_set_aside(status)
 
 
 async def _wait_or_event(process: trio.Process, event: trio.Event) -> None:

@@ -24,7 +24,10 @@ returns only when cancelled. Two children:
 - SIGHUP (``trio.open_signal_receiver``): an explicit reload, even if the file looks the
   same. Signals can only be received on the main thread of a POSIX process; elsewhere
   (a test runner's thread, Windows) the watcher only polls, and says so in the log.
-  While ``run`` is running SIGHUP no longer terminates the process.
+  While ``run`` is running SIGHUP no longer terminates the process; when it returns, the
+  receiver puts back the disposition it found. ``trio-batcher serve`` ignores SIGHUP from
+  its entry point on, so before and after ``run`` (and without a file) it ends nothing;
+  under ``serve --workers`` the supervisor forwards its SIGHUP to every running worker.
 
 ``started()`` is reported after the SIGHUP handler is installed, so once
 ``nursery.start`` returns a SIGHUP is a reload and never the default exit.
