@@ -84,7 +84,7 @@ async def test_old_hours_are_purged_across_tenants(
     assert await store.spent("a", BudgetPeriod(days=999), utc(2025, 6, 1)) == 2.0
     assert await store.spent("b", BudgetPeriod(days=999), utc(2024, 1, 2)) == 0.0
     assert await store.purge_before(utc(2025, 1, 1)) == 0  # "b" left the tenants set
-    assert await a.run(PTTL, [a.key("spend", "b")], []) == -2  # its hash is gone
+    assert await a.run(PTTL, [a.key("spend", "tenant", "b")], []) == -2  # its hash is gone
 
 
 async def test_keys_expire_after_the_longest_period_and_old_hours_are_dropped(
@@ -95,7 +95,7 @@ async def test_keys_expire_after_the_longest_period_and_old_hours_are_dropped(
     then = utc(2022, 1, 1)
     await store.add("a", 1.0, then)
     await store.add("a", 1.0, then + HOUR)
-    key = link.key("spend", "a")
+    key = link.key("spend", "tenant", "a")
     for k in (key, link.key("spend", "tenants")):
         ttl_ms = await link.run(PTTL, [k], [])
         assert RETENTION_S * 1000 - 5000 < ttl_ms <= RETENTION_S * 1000
@@ -180,3 +180,14 @@ async def test_ledgers_on_two_instances_see_each_others_spend_within_a_refresh(
         nursery.cancel_scope.cancel()
     total = await RedisSpendStore(two_links[0]).spent("team-a", MONTHLY, time.time())
     assert total == 1.0
+
+
+async def test_a_tenant_named_tenants_has_its_own_hash(
+    two_links: tuple[RedisLink, RedisLink],
+) -> None:
+    store, now = RedisSpendStore(two_links[0]), utc(2025, 6, 14, 12)
+    await store.add("tenants", 1.0, now)  # the name of the index, as a tenant's
+    await store.add("other", 2.0, now)
+    assert await store.spent("tenants", MONTHLY, now) == 1.0
+    assert await store.spent("other", MONTHLY, now) == 2.0
+    assert await store.purge_before(now + 2 * DAY) == 2

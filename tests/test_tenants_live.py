@@ -199,7 +199,7 @@ async def test_a_spent_budget_refuses_its_tenant_serves_the_others_and_survives_
         assert 1 < len(statuses) < 20 and statuses[-1] == 429
         error = refused.json()["error"]
         assert error["code"] == error["type"] == "insufficient_quota"
-        assert "budget of $0.00" in error["message"] and "capped" in error["message"]
+        assert "budget of $0.0002" in error["message"] and "capped" in error["message"]
         assert refused.headers["x-should-retry"] == "false"
         assert int(refused.headers["retry-after"]) > 0
         assert other.status_code == 200

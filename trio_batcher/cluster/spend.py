@@ -6,7 +6,7 @@ the calendar of the gateway, as with SQLite, not the Redis server's clock); ``sp
 the hours from ``period.start(now)`` to the hour holding ``now``. With it, N instances
 count one total per tenant, so a budget is the cluster's, not N budgets.
 
-Layout. One hash per tenant, ``{prefix}:spend:<tenant>``, field = the hour's start (Unix
+Layout. One hash per tenant, ``{prefix}:spend:tenant:<tenant>``, field = the hour's start (Unix
 seconds), value = nano-dollars, added to with ``HINCRBY`` (64-bit integers: exact in any
 order). A set ``{prefix}:spend:tenants`` names the tenants that have a hash, so
 ``purge_before`` can find them without a ``SCAN`` of a Redis other clusters may share.
@@ -115,10 +115,11 @@ class RedisSpendStore:
 
     def __init__(self, link: Link) -> None:
         self._link = link
+        # Tenant hashes sit one level below the index, so no tenant name can be its key.
         self._tenants_key = link.key("spend", "tenants")
 
     def _key(self, tenant: str) -> str:
-        return self._link.key("spend", tenant)
+        return self._link.key("spend", "tenant", tenant)
 
     async def add(self, tenant: str, usd: float, now: float) -> None:
         """Count ``usd`` (>= 0) against ``tenant`` in the hour holding ``now``.

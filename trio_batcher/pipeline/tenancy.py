@@ -38,7 +38,7 @@ from ..admission.gate import TenantShare
 from ..errors import ProxyError
 from ..observatory.pricing import PriceTable, TokenUsage
 from ..simulator.prompt import tokens_for
-from ..tenants import Charge, Limited, OverBudget, Tenant, TenantRateLimits
+from ..tenants import ANONYMOUS, Charge, Limited, OverBudget, Tenant, TenantRateLimits
 from ..upstream.request import UpstreamRequest
 
 __all__ = ["Budgets", "TenantGrant", "TenantGuard"]
@@ -145,8 +145,8 @@ class TenantGuard:
                 param="model",
                 code=MODEL_NOT_ALLOWED,
             )
-        budgets = self.budgets if tenant.budget is not None else None
-        if budgets is not None:
+        budgets = self.budgets
+        if budgets is not None and tenant.budget is not None:
             over = budgets.over_budget(tenant)
             if over is not None:
                 self._refused(tenant.name, INSUFFICIENT_QUOTA)
@@ -170,6 +170,10 @@ class TenantGuard:
                     headers={"Retry-After": taken.retry_after_header},
                 )
             charge = taken
+        # Every named tenant's spend is kept (a budget added later counts the period so
+        # far); the anonymous caller of a gateway without keys writes nothing to disk.
+        if tenant.name == ANONYMOUS and tenant.budget is None:
+            budgets = None
         return TenantGrant(tenant.name, self._share(tenant), charge, budgets, self._pricing)
 
     def _share(self, tenant: Tenant) -> TenantShare:

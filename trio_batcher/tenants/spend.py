@@ -125,12 +125,17 @@ class OverBudget:
             when = f"in the last {self.period.days} days"
         return (
             f"Tenant '{self.tenant}' has reached its {self.period.describe()} budget of "
-            f"${self.budget_usd:,.2f}: ${self.spent_usd:,.2f} spent {when}."
+            f"{_usd(self.budget_usd)}: {_usd(self.spent_usd)} spent {when}."
         )
 
     @property
     def retry_after_header(self) -> str:
         return str(max(1, math.ceil(self.retry_after_s)))
+
+
+def _usd(amount: float) -> str:
+    """Cents for a dollar or more; below that, enough digits to tell small budgets apart."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.6f}".rstrip("0").rstrip(".")
 
 
 async def check_budget(store: SpendStore, tenant: Tenant, now: float) -> OverBudget | None:
