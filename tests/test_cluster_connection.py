@@ -41,7 +41,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def link(redis_server: RedisServer) -> AsyncIterator[RedisLink]:
-    async with open_test_link(redis_server.url, unique_prefix(), command_timeout_s=0.3) as link:
+    async with open_test_link(redis_server.url, unique_prefix(), command_timeout_s=1.0) as link:
         yield link
     gc.collect()  # while this test's warning filter holds (see above)
 
@@ -99,8 +99,9 @@ async def test_redis_stopped_fails_fast_with_cluster_unavailable_then_recovers(
         started = trio.current_time()
         with pytest.raises(ClusterUnavailable):
             await link.run(ECHO, [], ["down"])
-        # A refused connection is immediate; never longer than the per-command deadline.
-        assert trio.current_time() - started < link.command_timeout_s + 0.05
+        # A refused connection is immediate; never longer than the per-command deadline
+        # (plus what a busy machine may take to schedule the task again).
+        assert trio.current_time() - started < link.command_timeout_s + 0.5
     await redis_server.astart()
     assert await _eventually(link, ECHO, "back") == "back"
 
@@ -115,7 +116,8 @@ async def test_a_hung_redis_times_out_at_the_deadline_then_recovers(
         with pytest.raises(ClusterUnavailable, match="did not answer"):
             await link.run(ECHO, [], ["hung"])
         elapsed = trio.current_time() - started
-        assert link.command_timeout_s <= elapsed < link.command_timeout_s + 0.1
+        # At the deadline, not later: hung for good, it would never return by itself.
+        assert link.command_timeout_s <= elapsed < link.command_timeout_s + 0.5
     finally:
         redis_server.resume()
     # The timed-out command's late reply is dropped; the next gets its own.
