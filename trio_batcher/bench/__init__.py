@@ -94,7 +94,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="closed-loop clients for overhead (default 50), stream (20) and ratelimit (10)",
+        help="closed-loop clients for overhead (default 50), stream (20), ratelimit (10) and "
+        "cluster (300, quick 100)",
     )
     parser.add_argument(
         "--minutes",

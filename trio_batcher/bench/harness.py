@@ -31,7 +31,7 @@ from .sse import Api
 from .stats import phase_result, reconcile, upstream_checks, upstream_delta
 from .wire import Pool
 
-__all__ = ["LIGHT_CLIENTS", "MODEL", "Bench", "Options", "Phase", "target_for"]
+__all__ = ["LIGHT_CLIENTS", "MODEL", "Bench", "Options", "Phase", "noise_notes", "target_for"]
 
 MODEL: Final = "claude-sonnet-4-5"
 PROMPT: Final = "Benchmark request: reply with a few words."
@@ -278,7 +278,7 @@ class Bench:
             extra=extra,
         )
         scenario.phases.append(result)
-        scenario.notes += _noise_notes(result)
+        scenario.notes += noise_notes(result)
         counts = result.counts
         if metrics_before is not None and metrics_after is not None:
             scenario.checks += reconcile(
@@ -314,7 +314,7 @@ class Bench:
         return Phase(result, run, sim_after, metrics_before, metrics_after)
 
 
-def _noise_notes(result: PhaseResult) -> list[str]:
+def noise_notes(result: PhaseResult) -> list[str]:
     """Say so when a phase's numbers are about the machine rather than the proxy."""
     notes = []
     cpu = result.cpu

@@ -40,6 +40,7 @@ __all__ = [
     "Abort",
     "Kind",
     "Outcome",
+    "Quota",
     "Run",
     "Tally",
     "Target",
@@ -254,23 +255,43 @@ async def _exchange(
     outcome.kind = "ok"
 
 
+@final
+class Quota:
+    """How many more requests closed loops sharing it may send: a load stated as a number
+    of requests rather than a duration, however many loops (and servers) split it."""
+
+    def __init__(self, requests: int) -> None:
+        self.left = requests
+
+    def take(self) -> bool:
+        """One request's worth, if any is left."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
 async def closed_loop(
     pool: Pool,
     target: Target,
     *,
     workers: int,
-    duration: float,
+    duration: float | None = None,
+    quota: Quota | None = None,
     tally: Tally | None = None,
 ) -> Run:
-    """``workers`` clients back to back for ``duration`` seconds; requests still in flight at
-    the end are waited for and counted."""
+    """``workers`` clients back to back for ``duration`` seconds, or until ``quota`` is
+    spent (whichever comes first when both are given); requests still in flight at the end
+    are waited for and counted."""
+    if duration is None and quota is None:
+        raise ValueError("closed_loop needs duration or quota")
     tally = tally if tally is not None else Tally()
     outcomes: list[Outcome] = []
     start = trio.current_time()
-    stop_at = start + duration
+    stop_at = math.inf if duration is None else start + duration
 
     async def worker() -> None:
-        while trio.current_time() < stop_at:
+        while trio.current_time() < stop_at and (quota is None or quota.take()):
             tally.offered += 1
             tally.sent += 1
             tally.in_flight += 1

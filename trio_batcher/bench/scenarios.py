@@ -1,9 +1,10 @@
 """The scenarios ``trio-batcher bench`` can run: their names, titles, and what each does.
 
 Each scenario is a module of its own (``overhead``, ``streaming``, ``burst``,
-``overload``, ``disconnect``, ``ratelimit``, ``soak``). Each starts its own simulator and
-proxies (``processes.running_stack``), so one scenario's settings and counters never leak
-into another, and runs its phases through ``Bench.measure``. What is compared is always
+``overload``, ``disconnect``, ``ratelimit``, ``cluster``, ``soak``). Each starts its own
+simulator and proxies (``processes.running_stack``), so one scenario's settings and
+counters never leak into another, and runs its phases through ``Bench.measure`` (the
+``cluster`` and ``soak`` scenarios measure their own, across processes). What is compared is always
 compared within one scenario, one run, on the same machine at the same moment: the proxy
 against the simulator directly, batching on against off. Absolute numbers on a shared
 2-core machine move from run to run; the ratios and differences are what the targets are
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from .burst import run_burst
+from .cluster import run_cluster
 from .disconnect import run_disconnect
 from .harness import Bench
 from .overhead import run_overhead
@@ -105,6 +107,21 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "upstream's 429s, retry amplification (simulator requests per client request) "
             "and the proxy's retries and cooldowns.",
             run_ratelimit,
+        ),
+        Scenario(
+            "cluster",
+            "Cluster: one upstream cap, one proxy against two sharing it through Redis",
+            "The simulator answers in 40 ms and the cap is 8 calls, so the upstream can take "
+            "200 requests/s: the cap binds. The same closed-loop load (10,000 requests from "
+            "300 clients; --quick 1,500 from 100) goes through one proxy with "
+            "BATCH_MAX_CONCURRENCY=8 and no Redis, then through two proxy processes with the "
+            "same cap and REDIS_URL pointing at one redis-server the bench starts, half the "
+            "clients on each. Every upstream call's trace is audited against the cap (no "
+            "call may start with 8 already in flight); reported side by side: throughput, "
+            "the upstream's peak and mean in flight, client errors, the proxies' CPU per "
+            "request (the difference is what the Redis round trips cost) and redis-server's, "
+            "and each instance's /metrics cluster block. Skipped without redis-server.",
+            run_cluster,
         ),
         Scenario(
             "soak",

@@ -21,6 +21,10 @@ the simulator's 529 count (to know when the upstream was overloaded).
 The proxy's ``DATA_DIR`` is a temporary directory (``processes.running_stack``), so the
 Responses it stores never reach the user's data directory.
 
+With ``redis-server`` on ``PATH``, the proxy shares its state through a Redis the bench
+starts (``REDIS_URL``), and that Redis is restarted once mid-run (``soak_redis``): the
+proxy must go to fallback and come back, with no 5xx of the outage's and the cap held.
+
 Before the load: a warm-up nobody counts, then the baseline -- ``/metrics``, the
 simulator's stats (reset, so its peak in-flight gauge and its overload schedule start
 with the run), the proxy's live trio tasks with no client connected and the responses it
@@ -35,31 +39,31 @@ requests.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from typing import Any, Final
 
 import trio
 
+from .cluster_stats import cluster_block
 from .cpu import CpuMeter
 from .harness import Bench, target_result
 from .load import Tally
 from .processes import Stack, running_stack
+from .redis_server import NO_REDIS, RedisServer, redis_binary, running_redis
 from .results import ScenarioResult
 from .soak_checks import (
     ambiguity,
     end_checks,
-    five_xx_summary,
-    overload_periods,
     reason_delta,
     reconcile,
-    slope_check,
     status_delta,
     store_check,
     upstream_checks,
     upstream_delta,
 )
 from .soak_client import FreshPool, soak_call
-from .soak_ledger import Ledger
+from .soak_ledger import OVERLOAD_SLACK_S, Ledger, Result, five_xx_summary, overload_periods
 from .soak_memory import (
     COLUMNS,
     SLOPE_MIN_REQUESTS,
@@ -67,8 +71,19 @@ from .soak_memory import (
     MemorySample,
     downsample,
     memory_summary,
+    slope_check,
 )
-from .soak_plan import Arrival, Mix, Planned, arrivals
+from .soak_plan import BURST_QUIET_S, SCHEDULED, Arrival, Mix, Planned, arrivals
+from .soak_plan import faults_that_may_5xx as may_5xx
+from .soak_redis import (
+    MODE_COLUMNS,
+    Outage,
+    quiet_spans,
+    redis_checks,
+    restart_at,
+    restart_redis,
+    task_slack,
+)
 from .soak_watch import (
     TRAFFIC_COLUMNS,
     count,
@@ -116,9 +131,26 @@ def fit_from_s(seconds: float) -> float:
     return min(60.0, seconds / 4)
 
 
+def _outage(seconds: float) -> Outage | None:
+    """The Redis restart, planned clear of the bursts and the 529s (``soak_redis``)."""
+    busy = quiet_spans(
+        seconds,
+        bursts=(PREFILL_S, BURST_QUIET_S[1]),
+        burst_every_s=BURST_EVERY_S,
+        overload_every_s=OVERLOAD_EVERY_S,
+        overload_for_s=OVERLOAD_FOR_S,
+        scheduled_529=SCHEDULED["overloaded"][:2],
+        slack_s=OVERLOAD_SLACK_S,
+    )
+    at = restart_at(seconds, busy)
+    return None if at is None else Outage(at)
+
+
 async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
     opts = bench.options
     seconds = opts.soak_s
+    binary = redis_binary()
+    outage = _outage(seconds) if binary is not None else None
     scenario.config = {
         "simulator": list(SIM_ARGS),
         "proxy": dict(PROXY),
@@ -126,12 +158,31 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
         "rate_per_s": RATE,
         "bursts": {"every_s": BURST_EVERY_S, "size": BURST_SIZE, "spread_s": BURST_SPREAD_S},
         "overload_windows": {"every_s": OVERLOAD_EVERY_S, "for_s": OVERLOAD_FOR_S},
+        "redis": None
+        if binary is None
+        else {"restart_at_s": None if outage is None else outage.planned_at},
     }
-    async with running_stack(list(SIM_ARGS), {"soak": PROXY}, opts.log_dir / "soak") as stack:
+    if binary is None:
+        scenario.notes.append(f"Without shared state: {NO_REDIS}.")
+    elif outage is None:
+        scenario.notes.append(
+            "The run is too short for a Redis restart clear of the bursts and the 529s; "
+            "the proxy shared its state through Redis without one."
+        )
+    async with AsyncExitStack() as servers:
+        redis: RedisServer | None = None
+        proxy = dict(PROXY)
+        if binary is not None:
+            redis = await servers.enter_async_context(running_redis(binary, opts.log_dir / "soak"))
+            proxy["REDIS_URL"] = redis.url
+        stack = await servers.enter_async_context(
+            running_stack(list(SIM_ARGS), {"soak": proxy}, opts.log_dir / "soak")
+        )
         server = stack.proxies["soak"]
         host, port = host_port(server.url)
         await _warm_up(stack, host, port)
         baseline_tasks = await settled_tasks(server)
+        connections = await redis.clients() if redis is not None else None
         stored_before = await stored_responses(server)
         await stack.sim.reset()  # the peak gauge and the overload schedule start with the run
         sim_before = await stack.sim.stats()
@@ -157,8 +208,11 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
                         sample, server, stack.sim, pool, samples, sim_529, start, base
                     )
                     nursery.start_soon(count, tally, traffic, start)
+                    if redis is not None and outage is not None:
+                        nursery.start_soon(restart_redis, redis, server, outage, start)
                     mix = Mix(host, port, burst_every_s=BURST_EVERY_S)
-                    await _traffic(pool, mix, ledger, tally, seconds, start)
+                    observe = outage.observe if outage is not None else None
+                    await _traffic(pool, mix, ledger, tally, seconds, start, observe)
                     nursery.cancel_scope.cancel()
                 usage = meter.stop()
         finally:
@@ -167,7 +221,9 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
             server, handled(before) + ledger.sent - ledger.kinds["failed"]
         )
         sim_after = await bench.sim_idle(stack)
-        end_tasks = await settled_tasks(server, at_most=baseline_tasks)
+        slack = task_slack(connections, await redis.clients() if redis is not None else None)
+        at_most = None if baseline_tasks is None else baseline_tasks + slack[0]
+        end_tasks = await settled_tasks(server, at_most=at_most)
         stored = await stored_responses(server) - stored_before
     memory = memory_summary(samples, fit_from_s(seconds))
     ambiguous = ambiguity(ledger, before, after)
@@ -177,7 +233,13 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
     sim_requests = int(sim_after["requests_total"]) - int(sim_before["requests_total"])
     checks += upstream_checks(ledger, sim_requests, before, after)
     checks.append(store_check(ledger, stored))
-    checks += end_checks(after, sim_after, baseline_tasks, end_tasks, five, cap=UPSTREAM_CAP)
+    checks += end_checks(
+        after, sim_after, baseline_tasks, end_tasks, five, cap=UPSTREAM_CAP, task_slack=slack
+    )
+    if redis is not None:
+        checks += redis_checks(
+            outage, ledger.five_xx, may_5xx(), before.get("cluster"), after.get("cluster")
+        )
     if not opts.quick:
         checks.append(slope_check(memory))
     scenario.checks += checks
@@ -207,6 +269,13 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
             "gc": after.get("gc"),
         },
         "five_xx": five,
+        "redis": None
+        if redis is None
+        else {
+            "restart": None if outage is None else outage.as_json(),
+            "cluster_before": cluster_block(before.get("cluster")),
+            "cluster_after": cluster_block(after.get("cluster")),
+        },
         "ambiguity": ambiguous,
         "overload_periods_s": [[round(a, 1), round(b, 1)] for a, b in overload],
         "cpu_cores": {k: None if v is None else round(v, 3) for k, v in usage.util.items()}
@@ -223,6 +292,12 @@ async def run_soak(bench: Bench, scenario: ScenarioResult) -> None:
         "rows": downsample(traffic),
         "note": "cumulative client-side counts since the start, once a second",
     }
+    if outage is not None:
+        scenario.traces["redis_modes"] = {
+            "columns": MODE_COLUMNS,
+            "rows": outage.modes,
+            "note": "the proxy's /metrics cluster block, polled every 0.1 s around the restart",
+        }
     scenario.targets.append(
         target_result(
             f"proxy RSS slope after warm-up (over >= {SLOPE_MIN_REQUESTS:,} requests)",
@@ -257,10 +332,16 @@ async def _warm_up(stack: Stack, host: str, port: int) -> None:
 
 
 async def _traffic(
-    pool: FreshPool, mix: Mix, ledger: Ledger, tally: Tally, seconds: float, start: float
+    pool: FreshPool,
+    mix: Mix,
+    ledger: Ledger,
+    tally: Tally,
+    seconds: float,
+    start: float,
+    observe: Callable[[float, Result], None] | None = None,
 ) -> None:
     """The open loop: every arrival planned, sent unless the driver is too far behind (or
-    at its own bound), followed to its end and counted once."""
+    at its own bound), followed to its end and counted once (and shown to ``observe``)."""
     in_flight = 0
 
     async def one(planned: Planned) -> None:
@@ -271,15 +352,18 @@ async def _traffic(
             in_flight -= 1
             tally.in_flight -= 1
         leave = None if planned.leave is None else planned.leave.stage
+        at = trio.current_time() - start
         ledger.add(
             result,
             api=planned.api,
             stream=planned.stream,
             fault=planned.fault,
-            at=trio.current_time() - start,
+            at=at,
             planned_leave=leave,
             store=planned.store,
         )
+        if observe is not None:
+            observe(at, result)
         name = _TALLY.get(result.kind, "error")
         setattr(tally, name, getattr(tally, name) + 1)
 

@@ -10,7 +10,9 @@ byte, or the gateway's own error's). A Responses client sees that error as
 its status is read back from the message: an upstream error names its type there
 (``(upstream overloaded_error)``), and the one gateway error after the start that is not a
 502 is the deadline (504). A ``Ledger`` adds the results up; ``soak_checks.reconcile``
-compares it with ``/metrics``.
+compares it with ``/metrics``. The 5xx it holds are attributed here too: to their own
+request's fault, or to a period in which the simulator answered 529 (``overload_periods``,
+``explain_5xx``, ``five_xx_summary``).
 """
 
 from __future__ import annotations
@@ -22,18 +24,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, final
 
+from .soak_plan import faults_that_may_5xx
 from .sse import Api
 
 __all__ = [
     "COOLDOWN",
     "GATE_REASONS",
     "LEFT",
+    "OVERLOAD_SLACK_S",
     "SURFACES",
     "FiveXX",
     "Ledger",
     "Result",
     "classify",
     "explain_5xx",
+    "five_xx_summary",
+    "overload_periods",
     "proxy_status",
 ]
 
@@ -60,6 +66,10 @@ _UPSTREAM_TYPE: Final = re.compile(r"\(upstream (\w+)\)$")
 _DEADLINE: Final = "REQUEST_TIMEOUT_S"
 _RATE_LIMITED: Final = "rate_limit_exceeded"
 _EXAMPLES: Final = 20
+
+# A 503/529 up to this long after the simulator last answered 529 is the overload's doing:
+# retries, cooldowns and the requests they held, all bounded by the soak's REQUEST_TIMEOUT_S.
+OVERLOAD_SLACK_S: Final = 8.0 + 2.0
 
 
 @final
@@ -291,3 +301,45 @@ def explain_5xx(
     if five.status in (503, 529):
         return any(start <= five.at <= end for start, end in overload_s)
     return False
+
+
+def overload_periods(sim_529: list[tuple[float, int]]) -> list[tuple[float, float]]:
+    """Spans in which the simulator answered 529, widened by the retries they cause."""
+    periods: list[tuple[float, float]] = []
+    previous_t, previous_n = 0.0, 0
+    for t, n in sim_529:
+        if n > previous_n:
+            start, end = previous_t - 1.0, t + OVERLOAD_SLACK_S
+            if periods and start <= periods[-1][1]:
+                periods[-1] = (periods[-1][0], end)
+            else:
+                periods.append((start, end))
+        previous_t, previous_n = t, n
+    return periods
+
+
+def five_xx_summary(ledger: Ledger, overload: list[tuple[float, float]]) -> dict[str, Any]:
+    may = faults_that_may_5xx()
+    unexplained = [f for f in ledger.five_xx if not explain_5xx(f, may, overload)]
+    by_status: dict[str, int] = {}
+    for f in ledger.five_xx:
+        by_status[str(f.status)] = by_status.get(str(f.status), 0) + 1
+    return {
+        "total": len(ledger.five_xx),
+        "by_status": dict(sorted(by_status.items())),
+        "explained_by_fault": sum(1 for f in ledger.five_xx if f.fault in may),
+        "explained_by_overload": len(ledger.five_xx)
+        - len(unexplained)
+        - sum(1 for f in ledger.five_xx if f.fault in may),
+        "unexplained": len(unexplained),
+        "unexplained_examples": [
+            {
+                "t_s": round(f.at, 2),
+                "door": f.api,
+                "status": f.status,
+                "reason": f.reason,
+                "fault": f.fault,
+            }
+            for f in unexplained[:10]
+        ],
+    }

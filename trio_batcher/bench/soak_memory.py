@@ -7,14 +7,16 @@ the growth in **bytes per request** -- the figure a leak is stated in, independe
 request rate -- and one through (time, RSS) the growth per second. A process that does not
 leak still moves (allocator arenas, caches filling, the latency window filling up), so the
 target is stated over many requests: at most ``SLOPE_TARGET_BYTES`` per request over at
-least ``SLOPE_MIN_REQUESTS``.
+least ``SLOPE_MIN_REQUESTS`` (``slope_check``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
+
+from .results import Check
 
 __all__ = [
     "SLOPE_MIN_REQUESTS",
@@ -23,6 +25,7 @@ __all__ = [
     "downsample",
     "least_squares_slope",
     "memory_summary",
+    "slope_check",
 ]
 
 SLOPE_TARGET_BYTES: Final = 10.0
@@ -116,3 +119,14 @@ def _at(fit: Sequence[MemorySample], slope: float, requests: float) -> float:
     mx = sum(s.requests for s in fit) / len(fit)
     my = sum(s.rss for s in fit) / len(fit)
     return my + slope * (requests - mx)
+
+
+def slope_check(memory: Mapping[str, Any]) -> Check:
+    slope, count = memory["slope_bytes_per_request"], memory["requests_in_fit"]
+    return Check(
+        f"soak: RSS slope after warm-up <= {SLOPE_TARGET_BYTES:g} bytes/request "
+        f"over >= {SLOPE_MIN_REQUESTS:,} requests",
+        slope is not None and slope <= SLOPE_TARGET_BYTES and count >= SLOPE_MIN_REQUESTS,
+        f"<= {SLOPE_TARGET_BYTES:g} over >= {SLOPE_MIN_REQUESTS:,}",
+        f"{slope} over {count:,}",
+    )
