@@ -107,7 +107,7 @@ class FakeLink:
 
 
 def granting(name: str, args: Sequence[Any]) -> Any:
-    return {"lease_acquire": [1, 1, 0, "", 8, 0, 1], "lease_renew": [1, 0], "lease_release": 1}[
+    return {"lease_acquire": [1, 1, 0, "", 8, 0, 1], "lease_renew": [1], "lease_release": 1}[
         name
     ]
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import coredis
 import pytest
@@ -421,3 +422,25 @@ async def test_a_killed_process_gives_its_slots_back_within_the_ttl(
         peer.wait()
         assert peer.stdout is not None
         peer.stdout.close()
+
+
+async def test_a_release_that_overtakes_a_renewal_is_not_undone_by_it(
+    redis_server: RedisServer,
+) -> None:
+    async with open_test_link(redis_server.url, unique_prefix()) as link:
+        sem = LeaseSemaphore(link, "upstream", 2, ttl_s=3.0, instance_id="i0")
+        await sem.acquire("done")
+        await sem.acquire("running")
+        real_run = link.run
+
+        async def release_reaches_redis_first(script: Any, keys: Any, args: Any) -> Any:
+            if script.name == "lease_renew":  # sent naming "done", which ends meanwhile
+                link.run = real_run  # type: ignore[method-assign]
+                await sem.release("done")
+            return await real_run(script, keys, args)
+
+        link.run = release_reaches_redis_first  # type: ignore[method-assign]
+        await sem.renew()
+        # Re-added by the renewal, then released again: only the running call holds a slot.
+        assert await holders(redis_server.url, sem) == ["i0/running"]
+        assert sem.statistics().leases_lost == 0

@@ -82,8 +82,10 @@ return {granted, held, cooldown_ms, cooldown_reason, capacity, epoch, alive}
 
 # KEYS: holders, tickets, ticket_expiry. ARGV: ttl ms, channel, then the members to renew.
 # A member missing (its lease expired while this instance could not renew) is added back:
-# its call is still running, and counting it keeps others from starting one more.
-# Returns {leases after the call, members that had to be added back}.
+# its call is still running, and counting it keeps others from starting one more. (Or it
+# was released after this renewal was sent, and the release ran first: the caller, which
+# knows, releases those again.)
+# Returns {leases after the call, then the members that had to be added back}.
 RENEW = LuaScript(
     "lease_renew",
     LUA_NOW_MS
@@ -93,11 +95,13 @@ local channel = ARGV[2]
 """
     + _LUA_PRUNE
     + """
-local lost = 0
+local added = {}
 for i = 3, #ARGV do
-  lost = lost + redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+  if redis.call('ZADD', KEYS[1], now + ttl, ARGV[i]) == 1 then
+    added[#added + 1] = ARGV[i]
+  end
 end
-return {redis.call('ZCARD', KEYS[1]), lost}
+return {redis.call('ZCARD', KEYS[1]), unpack(added)}
 """,
 )
 

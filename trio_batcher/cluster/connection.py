@@ -24,7 +24,10 @@ Cancellation. coredis multiplexes commands on a connection and matches replies t
 in FIFO order; a request whose awaiting task was cancelled stays queued and its reply is read
 and dropped when it arrives, so the next command on that connection gets its own reply
 (``tests/test_cluster_connection.py`` proves it). A cancelled command must be *assumed
-executed*: the callers undo it (release) or let the lease expiry cover it.
+executed*: the callers undo it (release) or let the lease expiry cover it. Under load
+coredis opens more connections than one, so commands of different tasks may reach Redis in
+either order: nothing relies on an order between tasks (a release that overtakes a renewal
+naming it is sent again, ``LeaseSemaphore.renew``).
 
 Pub/sub. ``RedisLink.listen`` keeps one subscription alive for the lifetime of its task,
 reconnecting with a bounded back-off. coredis' own pub/sub retry policy is switched off: with

@@ -327,14 +327,26 @@ class LeaseSemaphore:
         """
         if not self._held:
             return
-        members = [self._member(holder) for holder in self._held]
-        in_flight, lost = await self._link.run(
+        holders = list(self._held)
+        members = [self._member(holder) for holder in holders]
+        in_flight, *added = await self._link.run(
             RENEW, self._keys, [self._ttl_ms, self._channel, *members]
         )
         self._saw(int(in_flight), len(members))
-        if int(lost):
-            self._leases_lost += int(lost)
-            logger.warning("%d lease(s) had expired before renewal; counted again", int(lost))
+        if not added:
+            return
+        by_member = dict(zip(members, holders, strict=True))
+        # Added back: either its lease expired while its call still runs (counted again, as
+        # it should be), or it was released meanwhile and the release reached Redis first
+        # (a command may travel on another connection): that one is released again, or it
+        # would hold a slot nobody uses for a whole TTL.
+        stale = [by_member[m] for m in added if by_member[m] not in self._held]
+        lost = len(added) - len(stale)
+        for holder in stale:
+            await self._send_release(holder)
+        if lost:
+            self._leases_lost += lost
+            logger.warning("%d lease(s) had expired before renewal; counted again", lost)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The background half, for the owner's nursery: the ``released`` listener and the
