@@ -81,7 +81,7 @@ async def test_two_proxies_fill_the_cap_together_and_never_pass_it(
 ) -> None:
     """Requests at once through both proxies: the upstream sees the cap reached and never
     passed, and each proxy alone more than half of it (shared, not split 4 + 4)."""
-    per_proxy = 100  # each request costs ~15 ms of CPU across the processes
+    per_proxy = 200  # the issue's 400 at once; each costs ~15 ms of CPU across the processes
     async with (
         two_proxies(redis_server.url, tmp_path / "logs", ["--ttft-ms", "100"]) as (a, b, sim),
         http_client() as http,

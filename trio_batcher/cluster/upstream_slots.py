@@ -93,6 +93,7 @@ class ClusterSlots:
         fallback.listeners.append(self._on_mode)
 
     def _on_mode(self, mode: Mode) -> None:
+        self._wake()  # waiters look again: the other path may be theirs now
         if mode is Mode.FALLBACK:
             self._registry.freeze()
             self._others_at_outage = self._semaphore.others_seen
@@ -100,30 +101,36 @@ class ClusterSlots:
             settle = min(self._settle_max_s, max(0.5, longest))
             self._settled_at = trio.current_time() + settle
         else:
+            # From this very moment, not from when ``rejoin`` runs: a job may ask first.
+            self._rejoin_until = trio.current_time() + self._rejoin_s
             self._registry.thaw()
 
     def new_holder(self) -> str:
         return f"job{next(self._ids)}"
 
     async def acquire(self, holder: str, scope: str | None = None) -> None:
-        if self._fallback.shared:
-            try:
-                await self._lease(holder, scope)
-            except ClusterUnavailable as exc:
-                self._fallback.report_failure(exc)
-            else:
-                return
-        if self._fail_closed:
-            raise ProxyError(
-                503,
-                "The gateway's shared state (Redis) is unreachable, and REDIS_FAILURE=closed "
-                "makes no upstream call without it; retry shortly.",
-                code="shared_state_unavailable",
-                headers={"Retry-After": "1"},
-            )
-        await self._within_share()
-        self._local_holders.add(holder)
-        self._granted_at[holder] = trio.current_time()
+        while True:
+            if self._fallback.shared:
+                try:
+                    await self._lease(holder, scope)
+                except ClusterUnavailable as exc:
+                    self._fallback.report_failure(exc)
+                else:
+                    return
+            if self._fail_closed:
+                raise ProxyError(
+                    503,
+                    "The gateway's shared state (Redis) is unreachable, and REDIS_FAILURE=closed "
+                    "makes no upstream call without it; retry shortly.",
+                    code="shared_state_unavailable",
+                    headers={"Retry-After": "1"},
+                )
+            await self._within_share()
+            if self._fallback.shared:
+                continue  # Redis came back while this job waited: a lease, which it counts
+            self._local_holders.add(holder)
+            self._granted_at[holder] = trio.current_time()
+            return
 
     async def _lease(self, holder: str, scope: str | None) -> None:
         rejoining = trio.current_time() < self._rejoin_until
@@ -158,9 +165,12 @@ class ClusterSlots:
             return share
         return max(0, min(share, self._semaphore.seen_capacity - self._others_at_outage))
 
-    async def release(self, holder: str) -> None:
+    def _wake(self) -> None:
         self._released.set()
         self._released = trio.Event()
+
+    async def release(self, holder: str) -> None:
+        self._wake()
         granted_at = self._granted_at.pop(holder, None)
         if granted_at is not None:
             self._holds.append(trio.current_time() - granted_at)
@@ -178,7 +188,6 @@ class ClusterSlots:
         Raises:
           ClusterUnavailable: the renewal failed; the next one adds them back.
         """
-        self._rejoin_until = trio.current_time() + self._rejoin_s
         adopted, self._local_holders = self._local_holders, set()
         self._semaphore.adopt(adopted)
         await self._semaphore.renew()
