@@ -8,6 +8,7 @@ proxy serves the pages) and ``data/<name>.js``, a classic script that sets a glo
     python visuals/build_data.py                           # from visuals/data/results.json
     python visuals/build_data.py bench-results/latest.json # copy that report in first
     python visuals/build_data.py --soak bench-results/soak.json  # only its soak, for results.html
+    python visuals/build_data.py --tenants bench-results/tenants.json  # only its tenants scenario
 
 Writes:
 
@@ -20,7 +21,11 @@ Writes:
 - ``soak.json`` / ``.js`` (``BENCH_SOAK``): the ``soak`` scenario whole (its RSS series
   included), which results.html shows when the report it reads has no soak of its own
   (``--scenario all`` does not run it) -- likewise only when the report ran it. With
-  ``--soak REPORT`` only this pair is written, and ``results.json`` is left as it is.
+  ``--soak REPORT`` only this pair is written, and ``results.json`` is left as it is;
+- ``tenants.json`` / ``.js`` (``BENCH_TENANTS``): the ``tenants`` scenario whole, which
+  results.html likewise shows when its report has none (a report from before the scenario
+  existed, or of other scenarios) -- only when the report ran it; ``--tenants REPORT``
+  writes only this pair.
 
 Nothing is derived or smoothed here: the files hold the report's own numbers, cut down to
 what each page shows, plus where they came from (``source``).
@@ -38,7 +43,7 @@ HERE: Final = Path(__file__).resolve().parent
 DATA: Final = HERE / "data"
 SCHEMA: Final = "trio-batcher-bench/1"
 
-__all__ = ["build", "build_soak", "js_module", "write_pair"]
+__all__ = ["build", "build_soak", "build_tenants", "js_module", "write_pair"]
 
 
 def js_module(global_name: str, document: Any) -> str:
@@ -122,8 +127,10 @@ def _overload(report: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any
     }
 
 
-def _soak(report: dict[str, Any], soak: dict[str, Any]) -> dict[str, Any]:
-    return {"schema": SCHEMA, "source": _source(report), "scenario": soak}
+def _one_scenario(report: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any]:
+    """A scenario whole, with where it came from: what results.html shows when its own
+    report has no such scenario."""
+    return {"schema": SCHEMA, "source": _source(report), "scenario": scenario}
 
 
 def _read(report_path: Path) -> dict[str, Any]:
@@ -143,8 +150,22 @@ def build_soak(report_path: Path, data_dir: Path = DATA) -> list[str]:
     soak = report.get("scenarios", {}).get("soak")
     if not soak:
         raise ValueError(f"{report_path}: the report has no soak scenario")
-    write_pair("soak", "BENCH_SOAK", _soak(report, soak), data_dir)
+    write_pair("soak", "BENCH_SOAK", _one_scenario(report, soak), data_dir)
     return ["soak"]
+
+
+def build_tenants(report_path: Path, data_dir: Path = DATA) -> list[str]:
+    """Write only ``tenants.json`` / ``.js`` from the report at ``report_path``.
+
+    Raises:
+      ValueError: not a bench report, or one without a tenants scenario.
+    """
+    report = _read(report_path)
+    tenants = report.get("scenarios", {}).get("tenants")
+    if not tenants:
+        raise ValueError(f"{report_path}: the report has no tenants scenario")
+    write_pair("tenants", "BENCH_TENANTS", _one_scenario(report, tenants), data_dir)
+    return ["tenants"]
 
 
 def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
@@ -167,8 +188,12 @@ def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
         written.append("overload")
     soak = scenarios.get("soak")
     if soak and soak.get("traces", {}).get("rss") and not soak.get("error"):
-        write_pair("soak", "BENCH_SOAK", _soak(report, soak), data_dir)
+        write_pair("soak", "BENCH_SOAK", _one_scenario(report, soak), data_dir)
         written.append("soak")
+    tenants = scenarios.get("tenants")
+    if tenants and tenants.get("phases") and not tenants.get("error"):
+        write_pair("tenants", "BENCH_TENANTS", _one_scenario(report, tenants), data_dir)
+        written.append("tenants")
     return written
 
 
@@ -188,11 +213,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REPORT",
         help="write only data/soak.json/.js from this report's soak scenario",
     )
+    parser.add_argument(
+        "--tenants",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="write only data/tenants.json/.js from this report's tenants scenario",
+    )
     parser.add_argument("--data-dir", type=Path, default=DATA, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         if args.soak is not None:
             written = build_soak(args.soak, args.data_dir)
+        elif args.tenants is not None:
+            written = build_tenants(args.tenants, args.data_dir)
         else:
             written = build(args.report, args.data_dir)
     except (OSError, ValueError) as exc:

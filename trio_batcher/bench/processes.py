@@ -118,7 +118,8 @@ class SimServer:
 @dataclass
 class ProxyServer:
     """A running proxy (``METRICS_ENABLED=1``): its base URL, pid, env, ``DATA_DIR`` (a
-    temporary directory, gone once the stack has stopped) and ``/metrics``."""
+    temporary directory, gone once the stack has stopped) and ``/metrics`` (asked with the
+    proxy's ``METRICS_TOKEN``, if its settings have one)."""
 
     child: _Child
     http: httpx2.AsyncClient
@@ -134,7 +135,11 @@ class ProxyServer:
         return self.child.pid
 
     async def metrics(self) -> dict[str, Any]:
-        response = await self.http.get(f"{self.url}/metrics")
+        # A proxy with client keys (a TENANTS_FILE) wants a token for /metrics: its
+        # METRICS_TOKEN, when the scenario gave it one.
+        token = self.env.get("METRICS_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        response = await self.http.get(f"{self.url}/metrics", headers=headers)
         return _json_object(response, "proxy /metrics")
 
     async def wait_idle(self) -> dict[str, Any]:

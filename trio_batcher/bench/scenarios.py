@@ -1,8 +1,8 @@
 """The scenarios ``trio-batcher bench`` can run: their names, titles, and what each does.
 
 Each scenario is a module of its own (``overhead``, ``streaming``, ``burst``,
-``overload``, ``disconnect``, ``ratelimit``, ``cluster``, ``soak``). Each starts its own
-simulator and proxies (``processes.running_stack``), so one scenario's settings and
+``overload``, ``disconnect``, ``ratelimit``, ``cluster``, ``tenants``, ``soak``). Each
+starts its own simulator and proxies (``processes.running_stack``), so one scenario's settings and
 counters never leak into another, and runs its phases through ``Bench.measure`` (the
 ``cluster`` and ``soak`` scenarios measure their own, across processes). What is compared is always
 compared within one scenario, one run, on the same machine at the same moment: the proxy
@@ -27,6 +27,7 @@ from .ratelimit import run_ratelimit
 from .results import ScenarioResult
 from .soak import run_soak
 from .streaming import run_stream
+from .tenants import run_tenants
 
 __all__ = ["SCENARIOS", "Scenario"]
 
@@ -122,6 +123,20 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "request (the difference is what the Redis round trips cost) and redis-server's, "
             "and each instance's /metrics cluster block. Skipped without redis-server.",
             run_cluster,
+        ),
+        Scenario(
+            "tenants",
+            "Tenants: one floods, one trickles, then weights 3:1 share the slots",
+            "A gate of 8 slots (MAX_INFLIGHT=8, MAX_QUEUE=160; the simulator answers in "
+            "100 ms ± 20%, so capacity is 80 requests/s) in front of two tenants of a "
+            "TENANTS_FILE. Tenant B alone sends 20 requests at 20/s (its unloaded latency); "
+            "then tenant A sends 300 at once and, 0.6 s later, B the same 20 at 20/s: B's "
+            "p50 should stay within 2x its unloaded p50 and B never be shed, while A absorbs "
+            "the queueing and the shedding (429 queue_full). Then, with A at weight 3, 16 "
+            "closed-loop clients per tenant keep both queues full for the phase: the "
+            "requests each tenant completed while saturated should be 3:1 within 10%. "
+            "--quick: A 200, B 10, a 3 s weighted phase.",
+            run_tenants,
         ),
         Scenario(
             "soak",
