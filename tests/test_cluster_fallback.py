@@ -107,9 +107,7 @@ class FakeLink:
 
 
 def granting(name: str, args: Sequence[Any]) -> Any:
-    return {"lease_acquire": [1, 1, 0, "", 8, 0, 1], "lease_renew": [1], "lease_release": 1}[
-        name
-    ]
+    return {"lease_acquire": [1, 1, 0, "", 8, 0, 1], "lease_renew": [1], "lease_release": 1}[name]
 
 
 async def test_leases_are_renewed_every_third_of_the_ttl_and_not_when_idle(
