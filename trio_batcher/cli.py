@@ -81,6 +81,10 @@ _SIM_FLAGS: Final = (
     ("ratelimit_period_s", float, "refill period of the rate limits, in seconds (default 60)"),
     ("overload_every_s", float, "start a 529 overload window this often (0: only one)"),
     ("overload_for_s", float, "length of each 529 overload window, in seconds (0: never)"),
+    ("batch_processing_s", float, "delay before a Message Batch starts processing (seconds)"),
+    ("batch_request_s", float, "time each request of a Message Batch takes (seconds)"),
+    ("batch_expiry_s", float, "a Message Batch still processing after this long expires"),
+    ("batch_entries", int, "Message Batches kept in memory (default 100)"),
 )
 
 

@@ -31,6 +31,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from ..serving import serve_app
+from .batches_route import add_batch_routes
 from .config import SimulatorConfig
 from .errors import SimulatorError
 from .messages_route import handle_messages
@@ -107,7 +108,9 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
 
     Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, ``GET /v1/models``,
     ``GET /v1/models/<id>`` (any query string, such as Claude Code's ``?beta=true``, is
-    ignored), and the introspection endpoints:
+    ignored), the Message Batches routes (``batches_route.py``: create, retrieve, list,
+    cancel, delete and results under ``/v1/messages/batches``), and the introspection
+    endpoints:
 
     * ``GET /_sim/stats``: counters and traces (``?recent=N`` limits the traces returned);
     * ``GET /_sim/requests``: the received-requests log, ``{"requests": [...]}`` oldest
@@ -143,6 +146,8 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
             return json_response(counted)
         except SimulatorError as error:
             return error_response(error)
+
+    add_batch_routes(app, state)
 
     @app.get("/v1/models")
     async def models() -> Response:

@@ -50,6 +50,14 @@ class SimulatorConfig:
       overload_for_s: length of each overload window; 0 means never overloaded.
       request_log_entries: how many received requests ``GET /_sim/requests`` keeps (the
         newest); 0 keeps none.
+      batch_processing_s: how long a new Message Batch waits before its first request is
+        processed (``batches.py``).
+      batch_request_s: how long each request of a batch takes; a batch's requests are
+        processed one after another.
+      batch_expiry_s: a batch still processing this long after its creation ends, its
+        unprocessed requests ``expired`` (the real API's 24 hours by default).
+      batch_entries: how many Message Batches are kept; creating one more forgets the
+        oldest ended batch, and with none ended, is refused with 429.
     """
 
     ttft_ms: float = 0
@@ -70,6 +78,10 @@ class SimulatorConfig:
     overload_every_s: float = 0
     overload_for_s: float = 0
     request_log_entries: int = 64
+    batch_processing_s: float = 0
+    batch_request_s: float = 0
+    batch_expiry_s: float = 24 * 3600.0
+    batch_entries: int = 100
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "tokens_per_s", "retry_after_s"):
@@ -98,3 +110,9 @@ class SimulatorConfig:
             raise ValueError("SimulatorConfig overload_every_s/overload_for_s must be >= 0")
         if every > 0 and length >= every:
             raise ValueError("SimulatorConfig.overload_for_s must be shorter than overload_every_s")
+        for name in ("batch_processing_s", "batch_request_s", "batch_expiry_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"SimulatorConfig.{name} must be >= 0")
+        if self.batch_entries < 1:
+            raise ValueError("SimulatorConfig.batch_entries must be >= 1")
