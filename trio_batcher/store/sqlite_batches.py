@@ -1,0 +1,326 @@
+"""The embedded batch store: ``batches.sqlite3`` in the data directory.
+
+Theory of operation. A batch is one row: the OpenAI batch object and its upstream batches as
+JSON, plus the columns that queries need (owner, status, created_at, finished_at, the input
+file, version). ``finished_at`` is set exactly when the status is final, so the retention
+purge reads one partial index; ``unfinished`` reads the status index. Input lines live in
+``batch_requests`` (batch, line) → custom ids, written in slices and read a page at a time,
+so a 100,000-line batch never sits in memory. SQLite runs off the event loop through
+``_sqlite.Database`` (a worker thread, a limiter of one, WAL for several workers).
+
+Purge order makes it idempotent: the files go first, then the row and its lines in one
+transaction. Interrupted in between, the row is still there and the next purge deletes its
+(already missing) files again, harmlessly; no file is ever left without a batch naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, cast, final
+
+from ._sqlite import Database, sortable_id
+from .batches import (
+    ACTIVE_STATUSES,
+    FINAL_STATUSES,
+    BatchConflict,
+    BatchPage,
+    BatchRecord,
+    BatchRequest,
+    BatchStore,
+    UpstreamBatch,
+)
+from .files import FileStore
+
+__all__ = ["SQLiteBatchStore"]
+
+FILENAME: Final = "batches.sqlite3"
+PAGE: Final = 1000  # lines per read of batch_requests
+_LOOKUP: Final = 500  # ids per IN (...), well under SQLite's 32,766 variables
+_PURGE_ROUND: Final = 100
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS batches (
+    id            TEXT PRIMARY KEY,
+    owner         TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    finished_at   INTEGER,
+    input_file_id TEXT,
+    version       INTEGER NOT NULL,
+    updated_at    REAL NOT NULL,
+    batch         TEXT NOT NULL,
+    upstream      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS batches_by_owner ON batches (owner, id);
+CREATE INDEX IF NOT EXISTS batches_by_status ON batches (status, created_at);
+CREATE INDEX IF NOT EXISTS batches_by_finish ON batches (finished_at)
+    WHERE finished_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS batches_by_input ON batches (input_file_id);
+CREATE TABLE IF NOT EXISTS batch_requests (
+    batch_id           TEXT NOT NULL,
+    line               INTEGER NOT NULL,
+    custom_id          TEXT NOT NULL,
+    upstream_custom_id TEXT NOT NULL,
+    PRIMARY KEY (batch_id, line)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS batch_requests_by_upstream
+    ON batch_requests (batch_id, upstream_custom_id);
+"""
+
+_COLUMNS: Final = "owner, batch, upstream, version, updated_at"
+
+
+@final
+class SQLiteBatchStore:
+    """``BatchStore`` under ``directory`` (the data directory).
+
+    Args:
+        directory: the data directory; the file is created on the first write.
+        files: where the batches' files live; the purge deletes them with their batch.
+        clock: the wall clock, for ``updated_at`` (injectable for tests).
+    """
+
+    def __init__(
+        self, directory: Path, files: FileStore, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._db = Database(directory / FILENAME, _SCHEMA)
+        self._files = files
+        self._clock = clock
+
+    async def create(
+        self, owner: str, batch: Mapping[str, Any], upstream: Sequence[UpstreamBatch] = ()
+    ) -> BatchRecord:
+        record = BatchRecord(
+            owner=owner,
+            batch={**batch, "id": sortable_id("batch_"), "object": "batch"},
+            upstream=tuple(upstream),
+            version=1,
+            updated_at=self._clock(),
+        )
+        row = _row(record)
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute(
+                    "INSERT INTO batches (id, owner, status, created_at, finished_at,"
+                    " input_file_id, version, updated_at, batch, upstream)"
+                    " VALUES (:id, :owner, :status, :created_at, :finished_at,"
+                    " :input_file_id, :version, :updated_at, :batch, :upstream)",
+                    row,
+                )
+
+        await self._db.run(write)
+        return record
+
+    async def get(self, owner: str, batch_id: str) -> BatchRecord | None:
+        if not self._db.exists():
+            return None
+
+        def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row: tuple[Any, ...] | None = db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE id = ? AND owner = ?", (batch_id, owner)
+            ).fetchone()
+            return row
+
+        row = await self._db.run(read)
+        return None if row is None else _record(row)
+
+    async def list(self, owner: str, *, after: str | None = None, limit: int = 20) -> BatchPage:
+        if not self._db.exists() or limit < 1:
+            return BatchPage(data=[], has_more=False)
+        params = {"owner": owner, "after": after, "limit": limit + 1}
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE owner = :owner"
+                " AND (:after IS NULL OR id < :after) ORDER BY id DESC LIMIT :limit",
+                params,
+            ).fetchall()
+
+        rows = await self._db.run(read)
+        return BatchPage(data=[_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+
+    async def update(self, record: BatchRecord) -> BatchRecord:
+        stored = BatchRecord(
+            owner=record.owner,
+            batch=record.batch,
+            upstream=record.upstream,
+            version=record.version + 1,
+            updated_at=self._clock(),
+        )
+        row = {**_row(stored), "expected": record.version}
+
+        def write(db: sqlite3.Connection) -> bool:
+            with db:
+                cursor = db.execute(
+                    "UPDATE batches SET status = :status, finished_at = :finished_at,"
+                    " input_file_id = :input_file_id, version = :version,"
+                    " updated_at = :updated_at, batch = :batch, upstream = :upstream"
+                    " WHERE id = :id AND owner = :owner AND version = :expected",
+                    row,
+                )
+            return cursor.rowcount == 1
+
+        if not await self._db.run(write):
+            raise BatchConflict(record.id)
+        return stored
+
+    async def unfinished(self) -> Sequence[BatchRecord]:
+        if not self._db.exists():
+            return []
+        active = sorted(ACTIVE_STATUSES)
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            marks = ",".join("?" * len(active))
+            return db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE status IN ({marks}) ORDER BY created_at, id",
+                active,
+            ).fetchall()
+
+        return [_record(row) for row in await self._db.run(read)]
+
+    async def add_requests(self, batch_id: str, requests: Sequence[BatchRequest]) -> None:
+        rows = [(batch_id, r.line, r.custom_id, r.upstream_custom_id) for r in requests]
+        if not rows:
+            return
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.executemany("INSERT OR REPLACE INTO batch_requests VALUES (?,?,?,?)", rows)
+
+        await self._db.run(write)
+
+    async def requests(self, batch_id: str, *, after_line: int = 0) -> AsyncIterator[BatchRequest]:
+        if not self._db.exists():
+            return
+        while True:
+            cursor = after_line
+
+            def read(db: sqlite3.Connection, cursor: int = cursor) -> list[tuple[Any, ...]]:
+                return db.execute(
+                    "SELECT line, custom_id, upstream_custom_id FROM batch_requests"
+                    " WHERE batch_id = ? AND line > ? ORDER BY line LIMIT ?",
+                    (batch_id, cursor, PAGE),
+                ).fetchall()
+
+            rows = await self._db.run(read)
+            for line, custom_id, upstream_custom_id in rows:
+                yield BatchRequest(line, custom_id, upstream_custom_id)
+            if len(rows) < PAGE:
+                return
+            after_line = rows[-1][0]
+
+    async def find_requests(
+        self, batch_id: str, upstream_custom_ids: Sequence[str]
+    ) -> dict[str, BatchRequest]:
+        wanted = sorted(set(upstream_custom_ids))
+        if not wanted or not self._db.exists():
+            return {}
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows: list[tuple[Any, ...]] = []
+            for start in range(0, len(wanted), _LOOKUP):
+                part = wanted[start : start + _LOOKUP]
+                marks = ",".join("?" * len(part))
+                rows += db.execute(
+                    "SELECT line, custom_id, upstream_custom_id FROM batch_requests"
+                    f" WHERE batch_id = ? AND upstream_custom_id IN ({marks})",
+                    (batch_id, *part),
+                ).fetchall()
+            return rows
+
+        return {row[2]: BatchRequest(*row) for row in await self._db.run(read)}
+
+    async def purge_finished(self, now: float, retention_s: float) -> int:
+        if not self._db.exists():
+            return 0
+        cutoff = now - retention_s
+        purged = 0
+        while True:
+
+            def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+                return db.execute(
+                    f"SELECT {_COLUMNS} FROM batches WHERE finished_at <= ?"
+                    " ORDER BY finished_at LIMIT ?",
+                    (cutoff, _PURGE_ROUND),
+                ).fetchall()
+
+            records = [_record(row) for row in await self._db.run(read)]
+            for record in records:
+                await self._purge(record)
+            purged += len(records)
+            if len(records) < _PURGE_ROUND:
+                return purged
+
+    async def aclose(self) -> None:
+        await self._db.aclose()
+
+    async def _purge(self, record: BatchRecord) -> None:
+        input_file_id = record.batch.get("input_file_id")
+
+        def shared(db: sqlite3.Connection) -> bool:
+            return (
+                db.execute(
+                    "SELECT 1 FROM batches WHERE input_file_id = ? AND id != ?",
+                    (input_file_id, record.id),
+                ).fetchone()
+                is not None
+            )
+
+        # A batch created on this input file between the check and the delete would lose its
+        # input and fail: a race the edge can close by refusing a finished batch's input.
+        keep_input = bool(input_file_id) and await self._db.run(shared)
+        for file_id in record.file_ids():
+            if not (keep_input and file_id == input_file_id):
+                await self._files.delete(record.owner, file_id)
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("DELETE FROM batch_requests WHERE batch_id = ?", (record.id,))
+                db.execute("DELETE FROM batches WHERE id = ?", (record.id,))
+
+        await self._db.run(write)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _row(record: BatchRecord) -> dict[str, Any]:
+    status = record.batch.get("status")
+    if status not in ACTIVE_STATUSES and status not in FINAL_STATUSES:
+        raise ValueError(f"unknown batch status {status!r}")
+    if not isinstance(record.batch.get("created_at"), int | float):
+        raise ValueError("a batch object needs its created_at")
+    input_file_id = record.batch.get("input_file_id")
+    return {
+        "id": record.id,
+        "owner": record.owner,
+        "status": status,
+        "created_at": record.created_at,
+        "finished_at": record.finished_at,
+        "input_file_id": input_file_id if isinstance(input_file_id, str) else None,
+        "version": record.version,
+        "updated_at": record.updated_at,
+        "batch": _dumps(record.batch),
+        "upstream": _dumps([u.to_json() for u in record.upstream]),
+    }
+
+
+def _record(row: tuple[Any, ...]) -> BatchRecord:
+    owner, batch, upstream, version, updated_at = row
+    return BatchRecord(
+        owner=owner,
+        batch=json.loads(batch),
+        upstream=tuple(UpstreamBatch.from_json(u) for u in json.loads(upstream)),
+        version=version,
+        updated_at=updated_at,
+    )
+
+
+if TYPE_CHECKING:  # the backend serves the whole interface
+    _: BatchStore = SQLiteBatchStore(Path(), files=cast(FileStore, None))
