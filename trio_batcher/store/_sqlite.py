@@ -1,6 +1,6 @@
-"""One SQLite file used off the event loop: the part the file and batch stores share.
+"""One SQLite file used off the event loop: what every SQLite store here shares.
 
-Theory of operation (the same as ``sqlite_responses``, which keeps its own copy). SQLite calls
+Theory of operation (every SQLite store here: responses, spend, files, batches). SQLite calls
 block, so each runs in a worker thread (``trio.to_thread.run_sync``) behind a
 ``CapacityLimiter`` of one: one connection, one statement at a time, never on the event loop.
 A call is not abandoned when its caller is cancelled (trio's default), so a transaction that

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
 
-import trio
-
-from .responses import ChainBroken, StoredResponse, StoreUnavailable
+from ._sqlite import Database
+from .responses import ChainBroken, StoredResponse
 
 __all__ = ["SQLiteResponseStore"]
 
@@ -75,13 +74,11 @@ class SQLiteResponseStore:
     """``ResponseStore`` on one SQLite file under ``directory``."""
 
     def __init__(self, directory: Path) -> None:
-        self._path = directory / FILENAME
-        self._limiter = trio.CapacityLimiter(1)
-        self._db: sqlite3.Connection | None = None
+        self._database = Database(directory / FILENAME, _SCHEMA)
 
     @property
     def path(self) -> Path:
-        return self._path
+        return self._database.path
 
     async def put(self, record: StoredResponse) -> None:
         row = (
@@ -107,7 +104,7 @@ class SQLiteResponseStore:
                 )
                 db.executemany("INSERT OR REPLACE INTO items VALUES (?,?,?)", items)
 
-        await self._run(write)
+        await self._database.run(write)
 
     async def get(self, response_id: str, owner: str, now: float) -> StoredResponse | None:
         def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -117,14 +114,14 @@ class SQLiteResponseStore:
             ).fetchone()
             return row
 
-        row = await self._run(read)
+        row = await self._database.run(read)
         return None if row is None else _record(row)
 
     async def find_items(
         self, item_ids: Sequence[str], owner: str, now: float
     ) -> dict[str, dict[str, Any]]:
         wanted = sorted(set(item_ids))
-        if not wanted or (self._db is None and not self._path.exists()):
+        if not wanted or (not self._database.exists()):
             return {}
 
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -138,7 +135,7 @@ class SQLiteResponseStore:
             ).fetchall()
 
         found: dict[str, dict[str, Any]] = {}
-        for row in await self._run(read):
+        for row in await self._database.run(read):
             for item in _record(row).items():
                 if item.get("id") in wanted:
                     found[item["id"]] = item
@@ -150,7 +147,7 @@ class SQLiteResponseStore:
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return db.execute(_CHAIN, {"id": response_id, "owner": owner, "now": now}).fetchall()
 
-        rows = await self._run(read)
+        rows = await self._database.run(read)
         if not rows:
             return None
         records = [_record(row) for row in rows]
@@ -170,10 +167,10 @@ class SQLiteResponseStore:
                 )
             return cursor.rowcount > 0
 
-        return await self._run(write)
+        return await self._database.run(write)
 
     async def purge_expired(self, now: float) -> int:
-        if self._db is None and not self._path.exists():
+        if not self._database.exists():
             return 0  # nothing was ever stored: do not create the file to purge it
 
         def write(db: sqlite3.Connection) -> int:
@@ -185,35 +182,10 @@ class SQLiteResponseStore:
                 )
             return cursor.rowcount
 
-        return await self._run(write)
+        return await self._database.run(write)
 
     async def aclose(self) -> None:
-        if self._db is None:
-            return
-        db, self._db = self._db, None
-        await trio.to_thread.run_sync(db.close, limiter=self._limiter)
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            return fn(self._connection())
-
-        try:
-            return await trio.to_thread.run_sync(call, limiter=self._limiter)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
-    def _connection(self) -> sqlite3.Connection:
-        """Open on first use (in the worker thread, under the limiter)."""
-        if self._db is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(_SCHEMA)
-            db.isolation_level = "DEFERRED"  # ``with db:`` opens and commits a transaction
-            self._db = db
-        return self._db
+        await self._database.aclose()
 
 
 def _dumps(value: object) -> str:

@@ -1,6 +1,6 @@
 """The embedded spend store: one SQLite file (``spend.sqlite3``) in the data directory.
 
-The same pattern as the Responses store (``store.sqlite_responses``), for the same reasons:
+The connection every SQLite store here shares (``store._sqlite.Database``), for these reasons:
 each SQLite call runs in a worker thread (``trio.to_thread.run_sync``) behind a
 ``CapacityLimiter`` of one, so the event loop never blocks and there is one statement at a
 time on one connection; a call is not abandoned when its caller is cancelled, so an
@@ -16,13 +16,10 @@ a month is at most 744 rows per tenant, and ``spent`` is one range scan of the p
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TypeVar, final
 
-import trio
-
-from ..store.responses import StoreUnavailable
+from ..store._sqlite import Database
 from .model import BudgetPeriod, hour_of
 from .spend import NANO, nano_usd
 
@@ -47,13 +44,11 @@ class SQLiteSpendStore:
     """``SpendStore`` on one SQLite file under ``directory`` (``resolve_data_dir``)."""
 
     def __init__(self, directory: Path) -> None:
-        self._path = directory / FILENAME
-        self._limiter = trio.CapacityLimiter(1)
-        self._db: sqlite3.Connection | None = None
+        self._database = Database(directory / FILENAME, _SCHEMA)
 
     @property
     def path(self) -> Path:
-        return self._path
+        return self._database.path
 
     async def add(self, tenant: str, usd: float, now: float) -> None:
         amount = nano_usd(usd)
@@ -70,10 +65,10 @@ class SQLiteSpendStore:
                     row,
                 )
 
-        await self._run(write)
+        await self._database.run(write)
 
     async def spent(self, tenant: str, period: BudgetPeriod, now: float) -> float:
-        if self._db is None and not self._path.exists():
+        if not self._database.exists():
             return 0.0
         start, end = period.start(now), hour_of(now)
 
@@ -85,42 +80,17 @@ class SQLiteSpendStore:
             ).fetchone()
             return int(total)
 
-        return await self._run(read) / NANO
+        return await self._database.run(read) / NANO
 
     async def purge_before(self, before: float) -> int:
-        if self._db is None and not self._path.exists():
+        if not self._database.exists():
             return 0
 
         def write(db: sqlite3.Connection) -> int:
             with db:
                 return db.execute("DELETE FROM spend WHERE hour < ?", (before,)).rowcount
 
-        return await self._run(write)
+        return await self._database.run(write)
 
     async def aclose(self) -> None:
-        if self._db is None:
-            return
-        db, self._db = self._db, None
-        await trio.to_thread.run_sync(db.close, limiter=self._limiter)
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            return fn(self._connection())
-
-        try:
-            return await trio.to_thread.run_sync(call, limiter=self._limiter)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
-    def _connection(self) -> sqlite3.Connection:
-        """Open on first use (in the worker thread, under the limiter)."""
-        if self._db is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(_SCHEMA)
-            db.isolation_level = "DEFERRED"  # ``with db:`` opens and commits a transaction
-            self._db = db
-        return self._db
+        await self._database.aclose()
