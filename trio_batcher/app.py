@@ -20,6 +20,7 @@ from typing import Any, Final, final
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
+from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
 
 from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountTokensDoor, MessagesDoor
@@ -30,18 +31,23 @@ from .edge.cors import OriginPolicy
 from .edge.endpoint import ApiEndpoint
 from .edge.http import speaks_anthropic
 from .edge.models import find_model, list_models
+from .edge.openai_batches import BATCHES_PATH, batches_blueprint
 from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
+from .edge.openai_files import FILES_PATH, MAX_UPLOAD_BYTES, files_blueprint
 from .edge.openai_responses import RESPONSES_PATH, ResponsesDoor
 from .edge.responses_routes import responses_blueprint
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
+from .offline import BatchPoller
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
 from .settings import Settings
-from .store import SQLiteResponseStore, resolve_data_dir
+from .store import SQLiteBatchStore, SQLiteFileStore, SQLiteResponseStore, resolve_data_dir
 from .store.purge import purge_expired_periodically
 from .tenants import TenantsWatcher
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
+from .translation.openai_chat import TranslationOptions
+from .upstream.batches import MessageBatchesClient
 
 log = logging.getLogger("trio_batcher")
 
@@ -63,10 +69,23 @@ def _client_key() -> str | None:
 
 
 @final
+class _ProxyRequest(TrioRequest):
+    """Quart's request, with a body limit that fits the route: a batch file upload may be
+    far larger than ``MAX_BODY_BYTES`` (it is streamed to disk, ``edge.openai_files``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 2 and args[0] == "POST" and args[2] == FILES_PATH:
+            kwargs["max_content_length"] = MAX_UPLOAD_BYTES
+        super().__init__(*args, **kwargs)
+
+
+@final
 class ProxyApp(QuartTrio):
     """The proxy's quart-trio app; ``runtime`` exists while it is serving."""
 
     runtime: Runtime | None = None
+    request_class = _ProxyRequest
+    batch_poller: BatchPoller | None = None
 
     def record_rejected(self, reason: str) -> None:
         """Count a request refused before it reached any route (``rejected.by_reason``)."""
@@ -113,6 +132,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
     # Opened on first use: a gateway that never stores a response never touches the disk.
     responses = SQLiteResponseStore(resolve_data_dir(settings.data_dir))
+    files = SQLiteFileStore(resolve_data_dir(settings.data_dir))
+    batches = SQLiteBatchStore(resolve_data_dir(settings.data_dir), files)
     # Who is who: PROXY_API_KEYS and the tenants file (validated by Settings.check, so a
     # bad file has already stopped `serve`; here it raises). Reloaded while serving.
     tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
@@ -133,6 +154,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             max_body_bytes=settings.max_body_bytes,
             tenants=lambda: tenants.directory,
             body_timeout=settings.request_timeout_s,
+            quart_bodies=frozenset({FILES_PATH, BATCHES_PATH}),
         ),
         settings.cors_allow_origins,
         on_refused=lambda: app.record_rejected("origin_not_allowed"),
@@ -154,6 +176,18 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         await app.nursery.start(rt.dispatcher.run)
         app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
         app.nursery.start_soon(purge_expired_periodically, responses)
+        # One task for every batch; it resumes the unfinished ones after a restart.
+        app.batch_poller = BatchPoller(
+            batches,
+            files,
+            MessageBatchesClient(settings, rt.http),
+            TranslationOptions(
+                default_model=settings.default_model,
+                default_max_tokens=settings.default_max_tokens,
+                anthropic_version=settings.anthropic_version,
+            ),
+        )
+        await app.nursery.start(app.batch_poller.run)
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",
@@ -174,6 +208,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await rt.http.aclose()
             await responses.aclose()
+            await batches.aclose()
+            await files.aclose()
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -257,6 +293,13 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         return json_response(found)
 
     app.register_blueprint(responses_blueprint(responses, keyed))
+    app.register_blueprint(files_blueprint(files, keyed))
+
+    def wake_poller() -> None:
+        if app.batch_poller is not None:
+            app.batch_poller.wake()
+
+    app.register_blueprint(batches_blueprint(batches, files, keyed, wake_poller))
 
     @app.post(RESPONSES_PATH)
     @app.post(MESSAGES_PATH)

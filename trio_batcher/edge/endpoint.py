@@ -107,8 +107,12 @@ class ApiEndpoint:
         max_body_bytes: int,
         tenants: Callable[[], TenantDirectory],
         body_timeout: float = math.inf,
+        quart_bodies: frozenset[str] = frozenset(),
     ) -> None:
         self._inner = inner
+        # POST routes served by Quart that read their own body (the batch file upload
+        # streams it to disk); every other Quart route gets its body drained here.
+        self._quart_bodies = quart_bodies
         self._pipeline = pipeline
         self._doors = dict(doors)
         self._max_body_bytes = max_body_bytes
@@ -133,6 +137,9 @@ class ApiEndpoint:
         framing = framing_error(scope["headers"])
         if framing is not None:
             await _send_error(send, framing, door, scope)
+            return
+        if door is None and scope["method"] == "POST" and scope["path"] in self._quart_bodies:
+            await self._inner(scope, receive, send)
             return
         if door is None or scope["method"] != "POST":
             await without_a_body(self._inner, scope, receive, send)

@@ -1,0 +1,14 @@
+"""The offline path: OpenAI batches carried out as Anthropic Message Batches.
+
+``BatchPoller`` is the one task (in the app's nursery) that validates, sends, follows and
+delivers every batch; the routes in ``edge.openai_batches`` only create records, read
+them and ask for cancels.
+"""
+
+from __future__ import annotations
+
+from ._poller import MAX_REPORTED_ERRORS as MAX_REPORTED_ERRORS
+from ._poller import BatchPoller as BatchPoller
+from ._poller import UsageSink as UsageSink
+
+__all__ = ["MAX_REPORTED_ERRORS", "BatchPoller", "UsageSink"]

@@ -1,0 +1,145 @@
+"""Anthropic's Message Batches API, for the offline path: create, retrieve, cancel, results.
+
+Sent through the app's one ``UpstreamPool`` with the gateway's key, like every other
+upstream call. Failures become ``ProxyError`` exactly as ``UpstreamClient`` maps them
+(``upstream_error`` for an error status, 502 for a connection failure, 504 for a
+timeout), so the poller can tell a retryable failure (``status >= 500`` or 429) from a
+refusal. Results are read as a stream, line by line, in bounded memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any, Final, final
+from urllib.parse import quote
+
+import httpcore2
+
+from ..errors import ProxyError
+from ..settings import Settings
+from .client import MAX_ERROR_BYTES, MAX_REQUEST_BYTES
+from .errors import upstream_error
+from .pool import PooledResponse, UpstreamPool
+
+__all__ = ["MessageBatchesClient"]
+
+_BATCHES: Final = "/v1/messages/batches"
+_MAX_ANSWER_BYTES: Final = 1024 * 1024  # a batch object is a few hundred bytes
+_MAX_RESULT_LINE_BYTES: Final = 2 * MAX_REQUEST_BYTES
+_TRANSPORT_ERRORS: Final = (
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.UnsupportedProtocol,
+    httpcore2.ProxyError,
+)
+
+
+@final
+class MessageBatchesClient:
+    """``/v1/messages/batches`` under ``ANTHROPIC_BASE_URL``, with the configured key."""
+
+    def __init__(self, settings: Settings, pool: UpstreamPool) -> None:
+        self._pool = pool
+        self._secret = settings.anthropic_api_key
+        self._headers: list[tuple[bytes, bytes]] = [
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json"),
+            (b"anthropic-version", settings.anthropic_version.encode("ascii")),
+        ]
+        if settings.anthropic_api_key:
+            self._headers.append((b"x-api-key", settings.anthropic_api_key.encode("ascii")))
+
+    async def create(self, body: bytes) -> dict[str, Any]:
+        """``POST /v1/messages/batches`` with ``body`` (``batch_body``'s pieces, joined:
+        at most Anthropic's 256 MB, which ``split_batches`` guarantees)."""
+        return await self._json(b"POST", _BATCHES, body)
+
+    async def retrieve(self, batch_id: str) -> dict[str, Any]:
+        return await self._json(b"GET", f"{_BATCHES}/{quote(batch_id, safe='')}", b"")
+
+    async def cancel(self, batch_id: str) -> dict[str, Any]:
+        return await self._json(b"POST", f"{_BATCHES}/{quote(batch_id, safe='')}/cancel", b"")
+
+    async def results(self, batch_id: str) -> AsyncGenerator[bytes, None]:
+        """The ended batch's results, one JSONL line at a time (without its newline).
+
+        Read from ``/v1/messages/batches/{id}/results`` on the configured upstream (the
+        path Anthropic's ``results_url`` names), so the key never goes to another origin.
+        """
+        path = f"{_BATCHES}/{quote(batch_id, safe='')}/results"
+        response = await self._send(b"GET", path, b"")
+        try:
+            if response.status_code != 200:
+                raise await self._error(response)
+            pending = bytearray()
+            try:
+                async for chunk in response.aiter_raw():
+                    pending += chunk
+                    while (end := pending.find(b"\n")) >= 0:
+                        line = bytes(pending[:end]).rstrip(b"\r")
+                        del pending[: end + 1]
+                        if line.strip():
+                            yield line
+                    if len(pending) > _MAX_RESULT_LINE_BYTES:
+                        raise ProxyError(
+                            502,
+                            "A line of the upstream's batch results is too long.",
+                            code="upstream_protocol_error",
+                        )
+            except _TRANSPORT_ERRORS as exc:
+                raise _connection_error(exc) from None
+            if pending.strip():
+                yield bytes(pending)
+        finally:
+            await response.aclose()
+
+    async def _json(self, method: bytes, path: str, body: bytes) -> dict[str, Any]:
+        response = await self._send(method, path, body)
+        try:
+            if response.status_code != 200:
+                raise await self._error(response)
+            try:
+                raw = await response.read(_MAX_ANSWER_BYTES)
+            except _TRANSPORT_ERRORS as exc:
+                raise _connection_error(exc) from None
+        finally:
+            await response.aclose()
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or not isinstance(answer.get("id"), str):
+            raise ProxyError(
+                502,
+                "The upstream answered 200 with a body that is not a Message Batch.",
+                code="upstream_protocol_error",
+            )
+        return answer
+
+    async def _error(self, response: PooledResponse) -> ProxyError:
+        try:
+            raw = (await response.read(MAX_ERROR_BYTES))[:MAX_ERROR_BYTES]
+        except _TRANSPORT_ERRORS as exc:
+            return _connection_error(exc)
+        if self._secret:
+            raw = raw.replace(self._secret.encode(), b"[redacted]")
+        return upstream_error(response.status_code, raw, response.headers)
+
+    async def _send(self, method: bytes, path: str, body: bytes) -> PooledResponse:
+        try:
+            return await self._pool.request(method, self._pool.url(path), self._headers, body)
+        except httpcore2.TimeoutException:
+            raise ProxyError(
+                504, "The upstream did not answer in time.", code="upstream_timeout"
+            ) from None
+        except _TRANSPORT_ERRORS as exc:
+            raise _connection_error(exc) from None
+
+
+def _connection_error(exc: Exception) -> ProxyError:
+    return ProxyError(
+        502,
+        f"Could not reach the upstream ({type(exc).__name__}).",
+        code="upstream_connection_error",
+    )
