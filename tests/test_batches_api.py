@@ -12,7 +12,13 @@ import pytest
 import trio
 from openai.types import Batch
 from openai.types.chat import ChatCompletion
-from support import openai_client, proxy_and_simulator
+from support import (
+    openai_client,
+    proxy_and_simulator,
+    proxy_settings,
+    running_proxy,
+    running_simulator,
+)
 
 from trio_batcher.simulator import SimulatorConfig
 
@@ -237,3 +243,58 @@ async def test_a_batch_the_upstream_expires_is_expired_with_the_rest_as_expired(
         assert rest and {line["error"]["code"] for line in rest} == {"batch_expired"}
         done = await _lines_of(client, batch.output_file_id)
         assert len(done) + len(rest) == len(lines)
+
+
+async def test_a_proxy_restarted_mid_batch_resumes_polling_and_delivers_every_line(
+    tmp_path: Path,
+) -> None:
+    lines = [_text(n) for n in range(6)]
+    async with running_simulator(SimulatorConfig(batch_processing_s=1.0)) as sim:
+        settings = proxy_settings(sim, data_dir=str(tmp_path))
+        async with running_proxy(settings) as url:
+            client = openai_client(url)
+            uploaded = await client.files.create(file=("in.jsonl", _jsonl(lines)), purpose="batch")
+            created = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            with trio.fail_after(10):
+                while (await client.batches.retrieve(created.id)).status != "in_progress":  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+        async with running_proxy(settings) as url:
+            client = openai_client(url)
+            batch = await _until_final(client, created.id)
+            assert batch.status == "completed"
+            output = await _lines_of(client, batch.output_file_id)
+            assert [line["custom_id"] for line in output] == [ln["custom_id"] for ln in lines]
+        created_upstream = [
+            r for r in await sim.received() if r["path"].endswith("/messages/batches")
+        ]
+        assert len(created_upstream) == 1  # resumed, not sent again
+
+
+async def test_another_key_sees_neither_the_files_nor_the_batches(tmp_path: Path) -> None:
+    async with proxy_and_simulator(data_dir=str(tmp_path), proxy_api_keys=("key-a", "key-b")) as (
+        url,
+        _sim,
+    ):
+        alice = openai_client(url, api_key="key-a")
+        bob = openai_client(url, api_key="key-b")
+        uploaded = await alice.files.create(file=("in.jsonl", _jsonl([_text(1)])), purpose="batch")
+        created = await alice.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        with pytest.raises(openai.NotFoundError):
+            await bob.files.retrieve(uploaded.id)
+        with pytest.raises(openai.NotFoundError):
+            await bob.batches.retrieve(created.id)
+        with pytest.raises(openai.NotFoundError):
+            await bob.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+        assert (await bob.files.list()).data == []
+        assert (await bob.batches.list()).data == []
+        assert (await _until_final(alice, created.id)).status == "completed"
