@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 import trio
@@ -20,6 +21,7 @@ from support import (
     running_simulator,
 )
 
+from trio_batcher.observatory.pricing import TokenUsage, load_pricing
 from trio_batcher.simulator import SimulatorConfig
 
 MODEL = "claude-sonnet-4-5"
@@ -298,3 +300,31 @@ async def test_another_key_sees_neither_the_files_nor_the_batches(tmp_path: Path
         assert (await bob.files.list()).data == []
         assert (await bob.batches.list()).data == []
         assert (await _until_final(alice, created.id)).status == "completed"
+
+
+async def test_batch_usage_is_counted_under_openai_batch_at_half_the_standard_price(
+    tmp_path: Path,
+) -> None:
+    lines = [_text(n) for n in range(3)]
+    async with proxy_and_simulator(data_dir=str(tmp_path), metrics_enabled=True) as (url, _):
+        client = openai_client(url)
+        uploaded = await client.files.create(file=("in.jsonl", _jsonl(lines)), purpose="batch")
+        created = await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        batch = await _until_final(client, created.id)
+        assert batch.status == "completed"
+        output = await _lines_of(client, batch.output_file_id)
+        async with httpx2.AsyncClient() as http:
+            snapshot = (await http.get(f"{url}/metrics")).json()
+    entry = snapshot["by_surface"]["openai.batch"]
+    assert entry["requests"]["success"] == 3
+    prompt = sum(line["response"]["body"]["usage"]["prompt_tokens"] for line in output)
+    completion = sum(line["response"]["body"]["usage"]["completion_tokens"] for line in output)
+    assert (entry["tokens"]["input"], entry["tokens"]["output"]) == (prompt, completion)
+    price = load_pricing(None).price_for(MODEL)
+    assert price is not None
+    standard = price.cost(TokenUsage(input=prompt, output=completion))
+    assert entry["estimated_cost_usd"] == pytest.approx(float(standard) / 2)
+    # Hours of batch queueing are no sample of the realtime path's latency.
+    assert {part["sample_count"] for part in entry["timing"].values()} <= {0}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Final, final
 
 import trio
@@ -38,7 +39,8 @@ from .edge.openai_responses import RESPONSES_PATH, ResponsesDoor
 from .edge.responses_routes import responses_blueprint
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
-from .offline import BatchPoller
+from .offline import BATCH_PRICE_FACTOR, BatchPoller
+from .offline import SURFACE as BATCH_SURFACE
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
 from .settings import Settings
@@ -176,6 +178,17 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         await app.nursery.start(rt.dispatcher.run)
         app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
         app.nursery.start_soon(purge_expired_periodically, responses)
+
+        def batch_usage(owner: str, model: str, usage: Mapping[str, Any], requests: int) -> None:
+            if rt.metrics is not None:
+                rt.metrics.record_offline(
+                    model,
+                    usage,
+                    requests=requests,
+                    surface=BATCH_SURFACE,
+                    price_factor=BATCH_PRICE_FACTOR,
+                )
+
         # One task for every batch; it resumes the unfinished ones after a restart.
         app.batch_poller = BatchPoller(
             batches,
@@ -186,6 +199,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 default_max_tokens=settings.default_max_tokens,
                 anthropic_version=settings.anthropic_version,
             ),
+            on_usage=batch_usage,
         )
         await app.nursery.start(app.batch_poller.run)
         app.runtime = rt

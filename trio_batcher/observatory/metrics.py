@@ -261,6 +261,31 @@ class MetricsRegistry:
                 tenant, str(status), timing, stream=stream, tokens=tokens, cost=cost
             )
 
+    def record_offline(
+        self,
+        model: str,
+        usage: Mapping[str, Any],
+        *,
+        requests: int,
+        surface: str,
+        price_factor: Decimal,
+    ) -> None:
+        """Count ``requests`` answered through a Message Batch, with their summed ``usage``.
+
+        Tokens and cost go into the model's and the surface's totals, the cost times
+        ``price_factor`` (the batch discount). No latency: a batch request's time is hours
+        of queueing, not a sample of the realtime path, so it stays out of every histogram.
+        """
+        with self._lock:
+            name, entry = self._models.entry(model, answered=True)
+            entry.requests += requests
+            self._requests[name, "200"] = self._requests.get((name, "200"), 0) + requests
+            self._success += requests
+            tokens = TokenUsage.from_anthropic(usage)
+            cost = self._spend(model, entry, tokens, price_factor)
+            totals = self._surface(surface)
+            totals.record_offline(requests, tokens, cost)
+
     def record_call(self, surface: str, status: int, timing: Timing) -> None:
         """Count a call that generates nothing (``count_tokens``): under its surface only,
         outside ``requests``, tokens, cost and the latency samples of generations."""
@@ -273,13 +298,15 @@ class MetricsRegistry:
             entry = self._surfaces[name] = SurfaceTotals(self.window)
         return entry
 
-    def _spend(self, model: str, entry: ModelTotals, tokens: TokenUsage) -> Decimal | None:
-        """Add ``tokens`` to the totals; their cost, or None when unpriced."""
+    def _spend(
+        self, model: str, entry: ModelTotals, tokens: TokenUsage, factor: Decimal | None = None
+    ) -> Decimal | None:
+        """Add ``tokens`` to the totals; their cost (times ``factor``), or None when unpriced."""
         entry.add_tokens(tokens)
         self._all.add_tokens(tokens)
         price = self.pricing.price_for(model) if entry.shared else entry.price
         if price is not None:
-            cost = price.cost(tokens)
+            cost = price.cost(tokens) if factor is None else price.cost(tokens) * factor
             entry.cost += cost
             self._all.cost += cost
             return cost

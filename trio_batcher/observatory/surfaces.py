@@ -109,6 +109,20 @@ class SurfaceTotals:
                 self._histograms[part].observe(value)
                 self._samples[part].append(value)
 
+    def record_offline(self, requests: int, tokens: TokenUsage, cost: Decimal | None) -> None:
+        """Count ``requests`` answered through a Message Batch: counts, tokens and cost,
+        and no latency sample (see ``MetricsRegistry.record_offline``)."""
+        self._requests["200"] = self._requests.get("200", 0) + requests
+        counts = self._tokens
+        counts[0] += tokens.input
+        counts[1] += tokens.output
+        counts[2] += tokens.cache_read
+        counts[3] += tokens.cache_write
+        if cost is None:
+            self._unpriced += requests
+        else:
+            self._cost += cost
+
     def statistics(self) -> SurfaceStatistics:
         tokens = self._tokens
         return SurfaceStatistics(

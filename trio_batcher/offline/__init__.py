@@ -7,8 +7,10 @@ them and ask for cancels.
 
 from __future__ import annotations
 
+from ._poller import BATCH_PRICE_FACTOR as BATCH_PRICE_FACTOR
 from ._poller import MAX_REPORTED_ERRORS as MAX_REPORTED_ERRORS
+from ._poller import SURFACE as SURFACE
 from ._poller import BatchPoller as BatchPoller
 from ._poller import UsageSink as UsageSink
 
-__all__ = ["MAX_REPORTED_ERRORS", "BatchPoller", "UsageSink"]
+__all__ = ["BATCH_PRICE_FACTOR", "MAX_REPORTED_ERRORS", "SURFACE", "BatchPoller", "UsageSink"]

@@ -38,6 +38,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
+from decimal import Decimal
 from typing import Any, Final, final
 
 import trio
@@ -63,7 +64,7 @@ from ..translation.openai_batch._split import BODY_PREFIX, BODY_SUFFIX
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
 
-__all__ = ["MAX_REPORTED_ERRORS", "BatchPoller", "UsageSink"]
+__all__ = ["BATCH_PRICE_FACTOR", "MAX_REPORTED_ERRORS", "SURFACE", "BatchPoller", "UsageSink"]
 
 log = logging.getLogger("trio_batcher")
 
@@ -71,8 +72,13 @@ MAX_REPORTED_ERRORS: Final = 1000
 _SLICE: Final = 1000  # lines per add_requests
 _ENVELOPE: Final = len(BODY_PREFIX) + len(BODY_SUFFIX)
 
-# (owner, model, usage) of each succeeded request, for the observatory.
-UsageSink = Callable[[str, str, Mapping[str, Any]], None]
+SURFACE: Final = "openai.batch"
+# Anthropic bills Message Batches at half the standard rate, cache prices included. The
+# pricing data (data/pricing.json) holds standard rates only, so the discount is applied here.
+BATCH_PRICE_FACTOR: Final = Decimal("0.5")
+
+# (owner, model, summed usage, requests) of a delivered batch's succeeded requests.
+UsageSink = Callable[[str, str, Mapping[str, Any], int], None]
 
 
 @final
@@ -324,7 +330,10 @@ class BatchPoller:
         endpoint = str(record.batch["endpoint"])
         created = int(time.time())
         succeeded = 0
-        usage: dict[str, dict[str, int]] = {}  # tokens summed by model, counted once at the end
+        replies: dict[str, int] = {}  # succeeded requests by model
+        # Usage summed by model, counted once the batch is final (a retried delivery
+        # must not count twice).
+        usage: dict[str, Any] = {}
         async with (
             self._files.write_file(
                 record.owner, f"{record.id}_output.jsonl", BATCH_OUTPUT
@@ -358,6 +367,8 @@ class BatchPoller:
                                 succeeded += 1
                                 message = result["result"]["message"]
                                 _add_usage(usage, message)
+                                model = str(message.get("model", ""))
+                                replies[model] = replies.get(model, 0) + 1
                             sink = output if kind == "output" else errs
                             await sink.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
                 finally:
@@ -395,8 +406,8 @@ class BatchPoller:
 
         await self._save(record, finish)
         if self._on_usage is not None:
-            for model, tokens in usage.items():
-                self._on_usage(record.owner, model, tokens)
+            for model, count in replies.items():
+                self._on_usage(record.owner, model, usage.get(model, {}), count)
 
     async def _results(self, upstream_id: str) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
@@ -446,14 +457,19 @@ def _final_counts(record: BatchRecord) -> dict[str, Any]:
     return {"request_counts": record.batch.get("request_counts")}
 
 
-def _add_usage(total: dict[str, dict[str, int]], message: Mapping[str, Any]) -> None:
-    """Add a reply's token counts (the integer fields of Anthropic's ``usage``)."""
+def _add_usage(total: dict[str, Any], message: Mapping[str, Any]) -> None:
+    """Add a reply's ``usage`` into its model's sum, keeping Anthropic's shape (the
+    integer fields, and those of nested objects such as ``cache_creation``)."""
     usage = message.get("usage")
-    if not isinstance(usage, Mapping):
-        return
-    summed = total.setdefault(str(message.get("model", "")), {})
+    if isinstance(usage, Mapping):
+        _sum_into(total.setdefault(str(message.get("model", "")), {}), usage)
+
+
+def _sum_into(summed: dict[str, Any], usage: Mapping[str, Any]) -> None:
     for key, value in usage.items():
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, Mapping):
+            _sum_into(summed.setdefault(key, {}), value)
+        elif isinstance(value, int) and not isinstance(value, bool):
             summed[key] = summed.get(key, 0) + value
 
 
