@@ -13,6 +13,7 @@ import pytest
 import trio
 from openai.types import Batch
 from openai.types.chat import ChatCompletion
+from openai.types.responses import Response as OpenAIResponse
 from support import (
     openai_client,
     proxy_and_simulator,
@@ -328,3 +329,67 @@ async def test_batch_usage_is_counted_under_openai_batch_at_half_the_standard_pr
     assert entry["estimated_cost_usd"] == pytest.approx(float(standard) / 2)
     # Hours of batch queueing are no sample of the realtime path's latency.
     assert {part["sample_count"] for part in entry["timing"].values()} <= {0}
+
+
+async def test_a_responses_batch_answers_response_objects_and_an_errored_line_in_the_error_file(
+    tmp_path: Path,
+) -> None:
+    def responses_line(custom_id: str, text: str) -> dict[str, Any]:
+        return {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": MODEL, "input": text, "store": False},
+        }
+
+    lines = [
+        responses_line("ok-1", "Hello"),
+        responses_line("boom", "Fail please [[sim:status=500]]"),
+        responses_line("ok-2", "Hello again"),
+    ]
+    async with proxy_and_simulator(data_dir=str(tmp_path)) as (url, _sim):
+        client = openai_client(url)
+        uploaded = await client.files.create(file=("r.jsonl", _jsonl(lines)), purpose="batch")
+        created = await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/responses", completion_window="24h"
+        )
+        batch = await _until_final(client, created.id)
+        assert batch.status == "completed"  # as OpenAI: errored lines do not fail a batch
+        assert batch.request_counts is not None
+        assert batch.request_counts.model_dump() == {"total": 3, "completed": 2, "failed": 1}
+        output = await _lines_of(client, batch.output_file_id)
+        errors = await _lines_of(client, batch.error_file_id)
+    assert [line["custom_id"] for line in output] == ["ok-1", "ok-2"]
+    for line in output:
+        response = OpenAIResponse.model_validate(line["response"]["body"])
+        assert (response.status, response.model) == ("completed", MODEL)
+        assert response.output_text
+    [failed] = errors
+    assert failed["custom_id"] == "boom" and failed["error"] is None
+    assert failed["response"]["status_code"] >= 500
+    assert failed["response"]["body"]["error"]["type"]
+
+
+async def test_uploads_that_are_not_batch_files_are_refused_and_leave_nothing(
+    tmp_path: Path,
+) -> None:
+    async with proxy_and_simulator(data_dir=str(tmp_path)) as (url, _sim):
+        client = openai_client(url)
+        with pytest.raises(openai.BadRequestError) as purpose:
+            await client.files.create(file=("a.jsonl", b"{}\n"), purpose="assistants")
+        assert purpose.value.body["param"] == "purpose"  # type: ignore[index]
+        with pytest.raises(openai.NotFoundError):
+            await client.batches.create(
+                input_file_id="file-nope",
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+        uploaded = await client.files.create(file=("a.jsonl", b"{}\n"), purpose="batch")
+        with pytest.raises(openai.BadRequestError) as endpoint:
+            await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/embeddings",
+                completion_window="24h",
+            )
+        assert endpoint.value.body["param"] == "endpoint"  # type: ignore[index]
+        assert [f.id for f in (await client.files.list()).data] == [uploaded.id]
