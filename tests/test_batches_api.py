@@ -393,3 +393,31 @@ async def test_uploads_that_are_not_batch_files_are_refused_and_leave_nothing(
             )
         assert endpoint.value.body["param"] == "endpoint"  # type: ignore[index]
         assert [f.id for f in (await client.files.list()).data] == [uploaded.id]
+
+
+async def test_a_finished_batch_past_its_retention_is_purged_with_its_files_at_startup(
+    tmp_path: Path,
+) -> None:
+    async with running_simulator() as sim:
+        settings = proxy_settings(sim, data_dir=str(tmp_path))
+        async with running_proxy(settings) as url:
+            client = openai_client(url)
+            uploaded = await client.files.create(
+                file=("in.jsonl", _jsonl([_text(1)])), purpose="batch"
+            )
+            created = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            batch = await _until_final(client, created.id)
+            assert batch.status == "completed" and batch.output_file_id is not None
+        await trio.sleep(0.01)
+        async with running_proxy(settings.replace(batch_retention_days=1e-9)) as url:
+            client = openai_client(url)
+            with trio.fail_after(5):
+                while (await client.batches.list()).data:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            for file_id in (uploaded.id, batch.output_file_id):
+                with pytest.raises(openai.NotFoundError):
+                    await client.files.retrieve(file_id)

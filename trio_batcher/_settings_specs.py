@@ -243,6 +243,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "previous_response_id; expired ones are purged.",
     ),
     SettingSpec(
+        "BATCH_RETENTION_DAYS",
+        "batch_retention_days",
+        parsers.number(0, strict=True),
+        30.0,
+        "How long a finished batch (OpenAI Batch API) and its input, output and error files "
+        "are kept after it ends; then they are purged.",
+    ),
+    SettingSpec(
         "REDIS_URL",
         "redis_url",
         parsers.redis_url,

@@ -39,7 +39,7 @@ from .edge.openai_responses import RESPONSES_PATH, ResponsesDoor
 from .edge.responses_routes import responses_blueprint
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
-from .offline import BATCH_PRICE_FACTOR, BatchPoller
+from .offline import BATCH_PRICE_FACTOR, BatchPoller, purge_batches_periodically
 from .offline import SURFACE as BATCH_SURFACE
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
@@ -202,6 +202,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             on_usage=batch_usage,
         )
         await app.nursery.start(app.batch_poller.run)
+        app.nursery.start_soon(purge_batches_periodically, batches, settings.batch_retention_days)
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",

@@ -72,6 +72,7 @@ class Settings:
     heap_trim_interval_s: float = 30.0
     data_dir: str | None = None
     responses_retention_days: float = 30.0
+    batch_retention_days: float = 30.0
     redis_url: str | None = dataclasses.field(default=None, repr=False)
     redis_key_prefix: str = "trio-batcher:"
     redis_lease_ttl_s: float = 5.0

@@ -12,5 +12,13 @@ from ._poller import MAX_REPORTED_ERRORS as MAX_REPORTED_ERRORS
 from ._poller import SURFACE as SURFACE
 from ._poller import BatchPoller as BatchPoller
 from ._poller import UsageSink as UsageSink
+from ._purge import purge_batches_periodically as purge_batches_periodically
 
-__all__ = ["BATCH_PRICE_FACTOR", "MAX_REPORTED_ERRORS", "SURFACE", "BatchPoller", "UsageSink"]
+__all__ = [
+    "BATCH_PRICE_FACTOR",
+    "MAX_REPORTED_ERRORS",
+    "SURFACE",
+    "BatchPoller",
+    "UsageSink",
+    "purge_batches_periodically",
+]
