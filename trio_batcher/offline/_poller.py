@@ -283,7 +283,18 @@ class BatchPoller:
         if state.get("cancel_requested") and not state.get("cancel_sent"):
             for part in parts:
                 if part.processing_status != "ended":
-                    await self._upstream.cancel(part.id)
+                    try:
+                        await self._upstream.cancel(part.id)
+                    except ProxyError as exc:
+                        # Refused (it ended meanwhile, say): nothing left to cancel there.
+                        if exc.status == 429 or exc.status >= 500:
+                            raise
+                        log.info(
+                            "batch %s: upstream cancel of %s refused: %s",
+                            record.id,
+                            part.id,
+                            exc.message,
+                        )
             record = await self._save(
                 record, lambda r: r.evolve(_gateway={**_state(r), "cancel_sent": True})
             )
