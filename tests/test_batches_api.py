@@ -421,3 +421,27 @@ async def test_a_finished_batch_past_its_retention_is_purged_with_its_files_at_s
             for file_id in (uploaded.id, batch.output_file_id):
                 with pytest.raises(openai.NotFoundError):
                     await client.files.retrieve(file_id)
+
+
+async def test_malformed_or_incomplete_multipart_uploads_are_400s_that_store_nothing(
+    tmp_path: Path,
+) -> None:
+    async with (
+        proxy_and_simulator(data_dir=str(tmp_path)) as (url, _sim),
+        httpx2.AsyncClient(base_url=url) as http,
+    ):
+        no_purpose = await http.post("/v1/files", files={"file": ("a.jsonl", b"{}\n")})
+        assert no_purpose.status_code == 400
+        assert no_purpose.json()["error"]["code"] == "missing_required_parameter"
+        cut = await http.post(
+            "/v1/files",
+            content=b'--xx\r\nContent-Disposition: form-data; name="file"; '
+            b'filename="a.jsonl"\r\n\r\n{"half',
+            headers={"Content-Type": "multipart/form-data; boundary=xx"},
+        )
+        assert cut.status_code == 400
+        not_multipart = await http.post("/v1/files", json={"purpose": "batch"})
+        assert not_multipart.status_code == 400
+        assert (await http.get("/v1/files")).json()["data"] == []
+    contents = tmp_path / "files"
+    assert not contents.exists() or list(contents.iterdir()) == []
