@@ -445,3 +445,22 @@ async def test_malformed_or_incomplete_multipart_uploads_are_400s_that_store_not
         assert (await http.get("/v1/files")).json()["data"] == []
     contents = tmp_path / "files"
     assert not contents.exists() or list(contents.iterdir()) == []
+
+
+async def test_two_hundred_lines_come_back_complete_and_in_input_order(tmp_path: Path) -> None:
+    extra = [
+        {**line, "custom_id": f"{line['custom_id']}#{n}"}
+        for n, line in enumerate([TOOL_LINE, SCHEMA_LINE] * 3)
+    ]
+    lines = [_text(n) for n in range(194)] + extra
+    async with proxy_and_simulator(data_dir=str(tmp_path)) as (url, _sim):
+        client = openai_client(url)
+        uploaded = await client.files.create(file=("in.jsonl", _jsonl(lines)), purpose="batch")
+        created = await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        batch = await _until_final(client, created.id)
+        output = await _lines_of(client, batch.output_file_id)
+    assert batch.status == "completed" and batch.error_file_id is None
+    assert [line["custom_id"] for line in output] == [line["custom_id"] for line in lines]
+    assert len({line["id"] for line in output}) == 200
