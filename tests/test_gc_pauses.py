@@ -51,3 +51,20 @@ async def test_metrics_report_the_pauses_and_the_app_uninstalls_its_observer() -
     assert 'trio_batcher_gc_collections_total{generation="2"}' in text
     assert 'trio_batcher_gc_pause_seconds_total{generation="2"}' in text
     assert 'trio_batcher_gc_pause_max_seconds{generation="2"}' in text
+
+
+def test_a_collection_near_the_recursion_limit_is_skipped_not_raised() -> None:
+    class AtTheLimit(dict[str, int]):
+        """What a callback meets a few frames short of the recursion limit: any call or
+        comparison raises."""
+
+        def get(self, *args: object) -> int:  # type: ignore[override]
+            raise RecursionError("maximum recursion depth exceeded in comparison")
+
+    pauses = GcPauses()
+    pauses("start", {"generation": 0})
+    pauses("stop", AtTheLimit())  # an exception here would be an unraisable error
+    assert sum(pauses.statistics().collections) == 0  # that one went unmeasured
+    pauses("start", {"generation": 0})
+    pauses("stop", {"generation": 0})
+    assert pauses.statistics().collections[0] == 1  # and the next is measured again

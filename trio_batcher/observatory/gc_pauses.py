@@ -49,6 +49,16 @@ class GcPauses:
         self._started: float | None = None
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
+        # A collection can start anywhere, also a few frames short of the recursion limit
+        # (a deeply nested body being parsed): then even a comparison here raises, and an
+        # exception out of a gc callback is an unraisable error printed to stderr. That one
+        # collection goes unmeasured instead.
+        try:
+            self._observe(phase, info)
+        except RecursionError:
+            self._started = None
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
             return
