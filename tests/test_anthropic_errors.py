@@ -234,7 +234,7 @@ async def test_an_upstream_error_event_mid_stream_is_relayed_as_it_was_sent() ->
 async def test_other_routes_answer_anthropic_clients_in_their_shape() -> None:
     async with proxy_and_simulator() as (url, _sim), httpx2.AsyncClient() as http:
         wrong_method = await http.get(f"{url}/v1/messages", headers=HEADERS)
-        unknown = await http.get(f"{url}/v1/files", headers=HEADERS)
+        unknown = await http.get(f"{url}/v1/embeddings", headers=HEADERS)
         missing_model = await http.get(f"{url}/v1/models/gpt-4o", headers=HEADERS)
     assert wrong_method.status_code == 405
     assert wrong_method.json()["error"]["type"] == "invalid_request_error"

@@ -241,9 +241,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             other_api = _OTHER_OPENAI_APIS.get(request.path.rstrip("/"))
             if other_api is not None:
                 message += (
-                    " This gateway serves OpenAI's Chat Completions and Responses APIs, not "
-                    f"the {other_api}: point the client at POST /v1/chat/completions or "
-                    "POST /v1/responses."
+                    " This gateway serves OpenAI's Chat Completions, Responses and Batch "
+                    f"APIs, not the {other_api}: point the client at POST "
+                    "/v1/chat/completions or POST /v1/responses."
                 )
         elif status == 405:
             allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
