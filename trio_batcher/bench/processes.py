@@ -253,14 +253,18 @@ async def _all_ready(waits: list[tuple[_Child, str]], http: httpx2.AsyncClient) 
 
 
 async def _stop(child: _Child) -> None:
-    process = child.process
+    await terminate(child.process)
+
+
+async def terminate(process: trio.Process, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; a no-op for a process that has exited."""
     if process.poll() is not None:
         return
     try:
         process.send_signal(signal.SIGTERM)
     except ProcessLookupError:
         return
-    with trio.move_on_after(STOP_GRACE_S):
+    with trio.move_on_after(grace_s):
         await process.wait()
         return
     process.kill()

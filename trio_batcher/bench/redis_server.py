@@ -15,7 +15,6 @@ No ``redis-server`` on ``PATH``: ``redis_binary()`` is ``None`` and the caller s
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -25,7 +24,7 @@ from typing import Final, final
 
 import trio
 
-from .processes import ServerError, free_port
+from .processes import ServerError, free_port, terminate
 
 __all__ = ["NO_REDIS", "RedisServer", "parse_commandstats", "redis_binary", "running_redis"]
 
@@ -144,17 +143,8 @@ class RedisServer:
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL after ``STOP_GRACE_S``; a no-op when it is not running."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        try:
-            process.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        with trio.move_on_after(STOP_GRACE_S):
-            await process.wait()
-            return
-        process.kill()
-        await process.wait()
+        if process is not None:
+            await terminate(process, STOP_GRACE_S)
 
     async def commandstats(self) -> dict[str, int]:
         """Calls by command since the server started (``INFO commandstats``)."""

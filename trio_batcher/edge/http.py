@@ -72,6 +72,18 @@ _SSE_HEADERS: Final = (
 )
 
 
+def openai_list(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """One page of an OpenAI list endpoint (files, batches, a response's input items): the
+    cursor ids are the first and last item's, the way the SDKs' auto-paging reads them."""
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0].get("id") if data else None,
+        "last_id": data[-1].get("id") if data else None,
+        "has_more": has_more,
+    }
+
+
 def normalize_path(path: str) -> str:
     """The route a client meant, for the spellings that base-URL settings produce.
 

@@ -25,6 +25,7 @@ from ..store import BatchConflict, BatchRecord, BatchStore, FileStore
 from ..store.batches import FINAL_STATUSES
 from ..store.files import BATCH_INPUT
 from ..translation.openai_batch import ENDPOINTS
+from .http import openai_list
 from .openai_files import file_not_found
 from .openai_responses import reading_the_store, request_owner
 
@@ -100,15 +101,7 @@ def batches_blueprint(
         with reading_the_store():
             page = await batches.list(owner(), after=request.args.get("after") or None, limit=limit)
         data = [public_batch(record) for record in page.data]
-        return _json(
-            {
-                "object": "list",
-                "data": data,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
-                "has_more": page.has_more,
-            }
-        )
+        return _json(openai_list(data, page.has_more))
 
     @routes.get(f"{BATCHES_PATH}/<batch_id>")
     async def retrieve(batch_id: str) -> Response:

@@ -30,6 +30,7 @@ from ..errors import ProxyError, invalid_request
 from ..store import FileNotFound, FileRecord, FileSink, FileStore, FileTooLarge
 from ..store.files import BATCH_INPUT
 from ..translation.openai_batch import MAX_FILE_BYTES
+from .http import openai_list
 from .openai_responses import reading_the_store, request_owner
 
 __all__ = ["FILES_PATH", "MAX_UPLOAD_BYTES", "files_blueprint"]
@@ -66,15 +67,7 @@ def files_blueprint(files: FileStore, keyed: Callable[[], bool]) -> Blueprint:
                 owner(), after=request.args.get("after") or None, limit=limit, purpose=purpose
             )
         data = [record.to_openai() for record in page.data]
-        return _json(
-            {
-                "object": "list",
-                "data": data,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
-                "has_more": page.has_more,
-            }
-        )
+        return _json(openai_list(data, page.has_more))
 
     @routes.get(f"{FILES_PATH}/<file_id>")
     async def retrieve(file_id: str) -> Response:

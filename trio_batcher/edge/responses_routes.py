@@ -25,6 +25,7 @@ from ..errors import ProxyError, invalid_request
 from ..store import ResponseStore, StoredResponse
 from ..store.responses import ChainBroken
 from ..translation.openai_responses import client_view
+from .http import openai_list
 from .openai_responses import reading_the_store, request_owner
 
 __all__ = ["responses_blueprint"]
@@ -129,13 +130,7 @@ def _list_page(
         data, has_more = window[-limit:], len(window) > limit
     else:
         data, has_more = window[:limit], len(window) > limit
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0].get("id") if data else None,
-        "last_id": data[-1].get("id") if data else None,
-        "has_more": has_more,
-    }
+    return openai_list(data, has_more)
 
 
 def _cursor(ids: list[Any], cursor: str, param: str) -> int:
