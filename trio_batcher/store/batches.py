@@ -176,6 +176,11 @@ class BatchStore(Protocol):
         resumes after a restart."""
         ...
 
+    async def status_counts(self) -> dict[str, int]:
+        """How many batches of every owner are in each status (those with none left out):
+        the observatory's batches-by-status gauge."""
+        ...
+
     async def add_requests(self, batch_id: str, requests: Sequence[BatchRequest]) -> None:
         """Record a slice of the batch's lines; adding a line again replaces it, so a
         validation pass interrupted by a restart can simply run again."""

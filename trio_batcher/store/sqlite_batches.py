@@ -183,6 +183,15 @@ class SQLiteBatchStore:
 
         return [_record(row) for row in await self._db.run(read)]
 
+    async def status_counts(self) -> dict[str, int]:
+        if not self._db.exists():
+            return {}
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return db.execute("SELECT status, count(*) FROM batches GROUP BY status").fetchall()
+
+        return {str(status): int(count) for status, count in await self._db.run(read)}
+
     async def add_requests(self, batch_id: str, requests: Sequence[BatchRequest]) -> None:
         rows = [(batch_id, r.line, r.custom_id, r.upstream_custom_id) for r in requests]
         if not rows:
