@@ -111,9 +111,33 @@ async def test_request_lines_stream_back_in_order_and_map_upstream_ids(tmp_path:
     await store.add_requests(record.id, lines[:10])  # a validation pass run again
     assert [r async for r in store.requests(record.id)] == lines
     assert [r.line async for r in store.requests(record.id, after_line=2498)] == [2499, 2500]
-    found = await store.find_requests(record.id, ["r7", "r2000", "unknown", "r7"])
-    assert found == {"r7": lines[6], "r2000": lines[1999]}
-    assert await store.find_requests("batch_other", ["r7"]) == {}
+    found = await store.find_custom_ids(record.id, ["custom id 7", "custom id 2000", "x"] * 300)
+    assert found == {"custom id 7": 7, "custom id 2000": 2000}
+    assert await store.find_custom_ids("batch_other", ["custom id 7"]) == {}
+
+
+async def test_results_come_back_in_input_order_whatever_order_they_were_indexed_in(
+    tmp_path: Path,
+) -> None:
+    _, store = stores(tmp_path)
+    record = await store.create("alice", batch())
+    lines = [BatchRequest(n, f"c{n}", f"u{n}") for n in range(1, 2502)]
+    await store.add_requests(record.id, lines)
+    indexed = [(f"u{n}", n * 10, n) for n in range(2501, 0, -1) if n % 7]  # every 7th missing
+    await store.add_results(record.id, indexed[:1000])
+    await store.add_results(record.id, [*indexed[1000:], ("u14", 5, 5), ("unknown", 1, 1)])
+    got = [row async for row in store.ordered_results(record.id)]
+    assert [r.line for r, _, _ in got] == list(range(1, 2502))
+    for request, offset, length in got:
+        n = request.line
+        if n % 7:
+            assert (offset, length) == (n * 10, n)
+        else:
+            assert (offset, length) == ((5, 5) if n == 14 else (None, None))
+    await store.clear_results(record.id)
+    assert {(o, n) async for _, o, n in store.ordered_results(record.id)} == {(None, None)}
+    await store.clear_requests(record.id)
+    assert [r async for r in store.requests(record.id)] == []
 
 
 async def test_purge_removes_finished_batches_and_their_files_after_the_retention(

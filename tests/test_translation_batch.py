@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from openai.types import Batch, BatchError
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
@@ -20,7 +22,6 @@ from trio_batcher.translation.openai_batch import (
     MAX_CUSTOM_ID_CHARS,
     RESPONSES_ENDPOINT,
     BatchLine,
-    IdMap,
     LineChecker,
     LineError,
     PlannedBatch,
@@ -278,50 +279,24 @@ def test_ids_anthropic_accepts_stay_and_others_get_a_deterministic_safe_id() -> 
     assert anthropic_custom_id("x" * 64, 0) == "x" * 64
 
 
-def test_a_client_id_equal_to_a_generated_one_is_mapped_in_either_order() -> None:
+def test_a_client_id_in_the_generated_form_is_mapped_so_it_never_meets_a_generated_one() -> None:
     generated = anthropic_custom_id("a b", 0)
-    ids = IdMap()
-    first = ids.add("a b", 0)
-    second = ids.add(generated, 1)  # the client's own id, taken by line 0 already
-    assert first == generated and second != generated
-    other = IdMap()
-    own = other.add(generated, 0)  # now the client's id comes first and keeps its name
-    moved = other.add("a b", 5)
-    assert own == generated and moved != generated
-    for m in (ids, other):
-        anthropic = [m.anthropic(o) for o in ("a b", generated)]
-        assert len(set(anthropic)) == 2 and all(ANTHROPIC_CUSTOM_ID.fullmatch(a) for a in anthropic)
+    assert generated.startswith("r0-")
+    # The client names line 1 like line 0's generated id: it is mapped, under its own index.
+    own = anthropic_custom_id(generated, 1)
+    assert own != generated and own.startswith("r1-")
+    assert anthropic_custom_id("r1-deadbeef0000x", 3) == "r1-deadbeef0000x"  # not the form
 
 
-def test_the_map_is_one_to_one_and_survives_a_round_trip_through_json_lines() -> None:
-    originals = ["plain", "with space", "ü" * 3, "x" * 100, "r1-deadbeef0000", "", "a/b", "a\\b"]
-    originals += [f"line {i}" for i in range(500)]
-    ids = IdMap()
-    sent = [ids.add(o, i) for i, o in enumerate(o for o in originals if o)]
-    assert len(set(sent)) == len(sent) == len(ids)
+@given(st.lists(st.text(max_size=70), unique=True, max_size=60))
+def test_distinct_client_ids_always_map_to_distinct_anthropic_ids(originals: list[str]) -> None:
+    generated_like = [anthropic_custom_id(o, i) for i, o in enumerate(originals)]
+    mixed = [*originals, *generated_like]  # ids that look generated are the hard case
+    mixed = list(dict.fromkeys(mixed))
+    sent = [anthropic_custom_id(o, i) for i, o in enumerate(mixed)]
+    assert len(set(sent)) == len(sent)
     assert all(ANTHROPIC_CUSTOM_ID.fullmatch(a) for a in sent)
-    loaded = IdMap.load_lines(b"".join(ids.dump_lines()).splitlines())
-    for i, anthropic in enumerate(sent):
-        assert loaded.index(anthropic) == i
-        assert loaded.anthropic(loaded.openai(anthropic)) == anthropic
-    assert list(loaded.dump_lines()) == list(ids.dump_lines())
-
-
-def test_the_map_refuses_repeats_and_damaged_entries() -> None:
-    ids = IdMap()
-    ids.add("a", 0)
-    with pytest.raises(ValueError):
-        ids.add("a", 1)
-    for bad in [
-        '{"i": 0, "openai": "a", "anthropic": "bad id"}',
-        "[1]",
-        '{"i": "0", "openai": "a", "anthropic": "a"}',
-    ]:
-        with pytest.raises(ValueError):
-            IdMap.load_lines([bad])
-    repeated = '{"i": 0, "openai": "a", "anthropic": "a"}'
-    with pytest.raises(ValueError, match="repeats"):
-        IdMap.load_lines([repeated, repeated])
+    assert sent == [anthropic_custom_id(o, i) for i, o in enumerate(mixed)]  # deterministic
 
 
 # --- split planning -----------------------------------------------------------------------

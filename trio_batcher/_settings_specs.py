@@ -251,6 +251,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "are kept after it ends; then they are purged.",
     ),
     SettingSpec(
+        "BATCH_FILE_MAX_REQUESTS",
+        "batch_file_max_requests",
+        parsers.integer(1),
+        50_000,
+        "Requests a Batch API input file may hold (OpenAI's limit by default; up to "
+        "Anthropic's 100,000 per Message Batch and beyond, split across several).",
+    ),
+    SettingSpec(
         "REDIS_URL",
         "redis_url",
         parsers.redis_url,

@@ -190,10 +190,30 @@ class BatchStore(Protocol):
         """The batch's lines after ``after_line``, in order, read a page at a time."""
         ...
 
-    async def find_requests(
-        self, batch_id: str, upstream_custom_ids: Sequence[str]
-    ) -> dict[str, BatchRequest]:
-        """The lines sent upstream under these ids (a page of results), by upstream id."""
+    async def find_custom_ids(self, batch_id: str, custom_ids: Sequence[str]) -> dict[str, int]:
+        """Which of ``custom_ids`` the batch's lines hold already, and on which (first) line:
+        how validation finds a repeated id without keeping every id in memory."""
+        ...
+
+    async def clear_requests(self, batch_id: str) -> None:
+        """Forget the batch's lines and results index (a validation that starts over, or
+        one that failed and will send nothing)."""
+        ...
+
+    async def add_results(self, batch_id: str, offsets: Sequence[tuple[str, int, int]]) -> None:
+        """Index a slice of spooled results: ``(upstream custom_id, offset, length)`` each;
+        a later entry for the same id replaces the earlier one."""
+        ...
+
+    async def clear_results(self, batch_id: str) -> None:
+        """Drop the results index (a delivery that starts over spools them again)."""
+        ...
+
+    def ordered_results(
+        self, batch_id: str
+    ) -> AsyncIterator[tuple[BatchRequest, int | None, int | None]]:
+        """Every line in input order with its result's offset and length in the spool
+        (None, None for a line with no result), read a page at a time."""
         ...
 
     async def purge_finished(self, now: float, retention_s: float) -> int:

@@ -3,9 +3,9 @@
 Theory of operation. A batch is one row: the OpenAI batch object and its upstream batches as
 JSON, plus the columns that queries need (owner, status, created_at, finished_at, the input
 file, version). ``finished_at`` is set exactly when the status is final, so the retention
-purge reads one partial index; ``unfinished`` reads the status index. Input lines live in
-``batch_requests`` (batch, line) → custom ids, written in slices and read a page at a time,
-so a 100,000-line batch never sits in memory. SQLite runs off the event loop through
+purge reads one partial index; ``unfinished`` reads the status index. Input lines and the
+index of spooled results live in two tables of their own (``_batch_lines``), written in
+slices and read a page at a time, so a 100,000-line batch never sits in memory. SQLite runs off the event loop through
 ``_sqlite.Database`` (a worker thread, a limiter of one, WAL for several workers).
 
 Purge order makes it idempotent: the files go first, then the row and its lines in one
@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
+from . import _batch_lines as lines
 from ._sqlite import Database, sortable_id
 from .batches import (
     ACTIVE_STATUSES,
@@ -38,11 +39,9 @@ from .files import FileStore
 __all__ = ["SQLiteBatchStore"]
 
 FILENAME: Final = "batches.sqlite3"
-PAGE: Final = 1000  # lines per read of batch_requests
-_LOOKUP: Final = 500  # ids per IN (...), well under SQLite's 32,766 variables
 _PURGE_ROUND: Final = 100
 
-_SCHEMA: Final = """
+_BATCHES_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS batches (
     id            TEXT PRIMARY KEY,
     owner         TEXT NOT NULL,
@@ -60,17 +59,9 @@ CREATE INDEX IF NOT EXISTS batches_by_status ON batches (status, created_at);
 CREATE INDEX IF NOT EXISTS batches_by_finish ON batches (finished_at)
     WHERE finished_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS batches_by_input ON batches (input_file_id);
-CREATE TABLE IF NOT EXISTS batch_requests (
-    batch_id           TEXT NOT NULL,
-    line               INTEGER NOT NULL,
-    custom_id          TEXT NOT NULL,
-    upstream_custom_id TEXT NOT NULL,
-    PRIMARY KEY (batch_id, line)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS batch_requests_by_upstream
-    ON batch_requests (batch_id, upstream_custom_id);
 """
 
+_SCHEMA: Final = _BATCHES_SCHEMA + lines.SCHEMA
 _COLUMNS: Final = "owner, batch, upstream, version, updated_at"
 
 
@@ -193,56 +184,58 @@ class SQLiteBatchStore:
         return {str(status): int(count) for status, count in await self._db.run(read)}
 
     async def add_requests(self, batch_id: str, requests: Sequence[BatchRequest]) -> None:
-        rows = [(batch_id, r.line, r.custom_id, r.upstream_custom_id) for r in requests]
-        if not rows:
-            return
-
-        def write(db: sqlite3.Connection) -> None:
-            with db:
-                db.executemany("INSERT OR REPLACE INTO batch_requests VALUES (?,?,?,?)", rows)
-
-        await self._db.run(write)
+        if requests:
+            await self._db.run(lambda db: lines.add_requests(db, batch_id, requests))
 
     async def requests(self, batch_id: str, *, after_line: int = 0) -> AsyncIterator[BatchRequest]:
         if not self._db.exists():
             return
         while True:
             cursor = after_line
-
-            def read(db: sqlite3.Connection, cursor: int = cursor) -> list[tuple[Any, ...]]:
-                return db.execute(
-                    "SELECT line, custom_id, upstream_custom_id FROM batch_requests"
-                    " WHERE batch_id = ? AND line > ? ORDER BY line LIMIT ?",
-                    (batch_id, cursor, PAGE),
-                ).fetchall()
-
-            rows = await self._db.run(read)
-            for line, custom_id, upstream_custom_id in rows:
-                yield BatchRequest(line, custom_id, upstream_custom_id)
-            if len(rows) < PAGE:
+            page = await self._db.run(
+                lambda db, c=cursor: lines.requests_page(db, batch_id, c)  # type: ignore[misc]
+            )
+            for row in page:
+                yield row
+            if len(page) < lines.PAGE:
                 return
-            after_line = rows[-1][0]
+            after_line = page[-1].line
 
-    async def find_requests(
-        self, batch_id: str, upstream_custom_ids: Sequence[str]
-    ) -> dict[str, BatchRequest]:
-        wanted = sorted(set(upstream_custom_ids))
-        if not wanted or not self._db.exists():
+    async def find_custom_ids(self, batch_id: str, custom_ids: Sequence[str]) -> dict[str, int]:
+        if not custom_ids or not self._db.exists():
             return {}
+        return await self._db.run(lambda db: lines.find_custom_ids(db, batch_id, custom_ids))
 
-        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            rows: list[tuple[Any, ...]] = []
-            for start in range(0, len(wanted), _LOOKUP):
-                part = wanted[start : start + _LOOKUP]
-                marks = ",".join("?" * len(part))
-                rows += db.execute(
-                    "SELECT line, custom_id, upstream_custom_id FROM batch_requests"
-                    f" WHERE batch_id = ? AND upstream_custom_id IN ({marks})",
-                    (batch_id, *part),
-                ).fetchall()
-            return rows
+    async def clear_requests(self, batch_id: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                lines.clear(db, batch_id)
 
-        return {row[2]: BatchRequest(*row) for row in await self._db.run(read)}
+        await self._db.run(write)
+
+    async def add_results(self, batch_id: str, offsets: Sequence[tuple[str, int, int]]) -> None:
+        if offsets:
+            await self._db.run(lambda db: lines.add_results(db, batch_id, offsets))
+
+    async def clear_results(self, batch_id: str) -> None:
+        await self._db.run(lambda db: lines.clear_results(db, batch_id))
+
+    async def ordered_results(
+        self, batch_id: str
+    ) -> AsyncIterator[tuple[BatchRequest, int | None, int | None]]:
+        if not self._db.exists():
+            return
+        after_line = 0
+        while True:
+            cursor = after_line
+            page = await self._db.run(
+                lambda db, c=cursor: lines.ordered_results(db, batch_id, c)  # type: ignore[misc]
+            )
+            for row in page:
+                yield row
+            if len(page) < lines.PAGE:
+                return
+            after_line = page[-1][0].line
 
     async def purge_finished(self, now: float, retention_s: float) -> int:
         if not self._db.exists():
@@ -289,7 +282,7 @@ class SQLiteBatchStore:
 
         def write(db: sqlite3.Connection) -> None:
             with db:
-                db.execute("DELETE FROM batch_requests WHERE batch_id = ?", (record.id,))
+                lines.clear(db, record.id)
                 db.execute("DELETE FROM batches WHERE id = ?", (record.id,))
 
         await self._db.run(write)

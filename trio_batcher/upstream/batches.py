@@ -20,7 +20,7 @@ from ..errors import ProxyError
 from ..settings import Settings
 from .client import MAX_ERROR_BYTES, MAX_REQUEST_BYTES
 from .errors import upstream_error
-from .pool import PooledResponse, UpstreamPool
+from .pool import PooledResponse, SizedBody, UpstreamPool
 
 __all__ = ["MessageBatchesClient"]
 
@@ -50,9 +50,9 @@ class MessageBatchesClient:
         if settings.anthropic_api_key:
             self._headers.append((b"x-api-key", settings.anthropic_api_key.encode("ascii")))
 
-    async def create(self, body: bytes) -> dict[str, Any]:
-        """``POST /v1/messages/batches`` with ``body`` (``batch_body``'s pieces, joined:
-        at most Anthropic's 256 MB, which ``split_batches`` guarantees)."""
+    async def create(self, body: bytes | SizedBody) -> dict[str, Any]:
+        """``POST /v1/messages/batches`` with ``body``: at most Anthropic's 256 MB, which
+        ``split_batches`` guarantees; a ``FileBody`` streams it from disk."""
         return await self._json(b"POST", _BATCHES, body)
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
@@ -94,7 +94,7 @@ class MessageBatchesClient:
         finally:
             await response.aclose()
 
-    async def _json(self, method: bytes, path: str, body: bytes) -> dict[str, Any]:
+    async def _json(self, method: bytes, path: str, body: bytes | SizedBody) -> dict[str, Any]:
         response = await self._send(method, path, body)
         try:
             if response.status_code != 200:
@@ -126,7 +126,7 @@ class MessageBatchesClient:
             raw = raw.replace(self._secret.encode(), b"[redacted]")
         return upstream_error(response.status_code, raw, response.headers)
 
-    async def _send(self, method: bytes, path: str, body: bytes) -> PooledResponse:
+    async def _send(self, method: bytes, path: str, body: bytes | SizedBody) -> PooledResponse:
         try:
             return await self._pool.request(method, self._pool.url(path), self._headers, body)
         except httpcore2.TimeoutException:

@@ -43,9 +43,16 @@ from __future__ import annotations
 
 import math
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from contextlib import aclosing
-from typing import Any, Final, cast, final
+from typing import Any, Final, Protocol, cast, final
 
 import httpcore2
 import trio
@@ -54,6 +61,14 @@ _KEEPALIVE_EXPIRY_S: Final = 30.0
 # How a kept-alive connection that the server had closed fails when a request is sent on it:
 # "server disconnected without sending a response", or a reset on the write or the read.
 _STALE_ERRORS: Final = (httpcore2.RemoteProtocolError, httpcore2.ReadError, httpcore2.WriteError)
+
+
+class SizedBody(Protocol):
+    """A streamed request body of a known length (``upstream.file_body.FileBody``)."""
+
+    def __len__(self) -> int: ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
 
 
 @final
@@ -310,11 +325,13 @@ class UpstreamPool:
         method: bytes,
         url: httpcore2.URL,
         headers: list[tuple[bytes, bytes]],
-        content: bytes,
+        content: bytes | SizedBody,
     ) -> PooledResponse:
         """Send one request; returns once the response headers are in.
 
         ``headers`` must not include ``Host`` or ``Content-Length``; they are added here.
+        ``content`` is bytes or a ``SizedBody`` (streamed, and iterable again should the
+        request go out a second time on a new connection).
         Raises httpcore2's ``TimeoutException``, ``NetworkError`` or ``ProtocolError``.
         """
         if self._closed:

@@ -2,7 +2,7 @@
 
 - ``validate_line`` / ``LineChecker``: an input file's lines → translated requests (the
   realtime translation) or the ``errors.data`` entries that fail the batch;
-- ``IdMap`` / ``anthropic_custom_id``: client ``custom_id``s ⇄ ids Anthropic accepts;
+- ``anthropic_custom_id``: a client ``custom_id`` → an id Anthropic accepts;
 - ``split_batches``: which requests go in which Message Batch, under Anthropic's limits;
 - ``output_line``: a results line → an output-file or error-file line;
 - ``openai_status`` / ``request_counts`` / ``combined``: the batch object's state.
@@ -13,7 +13,6 @@ The batch service (I/O: files, store, poller) drives these; nothing here knows o
 from __future__ import annotations
 
 from ._ids import ANTHROPIC_CUSTOM_ID as ANTHROPIC_CUSTOM_ID
-from ._ids import IdMap as IdMap
 from ._ids import anthropic_custom_id as anthropic_custom_id
 from ._lines import CHAT_ENDPOINT as CHAT_ENDPOINT
 from ._lines import ENDPOINTS as ENDPOINTS
@@ -24,6 +23,7 @@ from ._lines import RESPONSES_ENDPOINT as RESPONSES_ENDPOINT
 from ._lines import BatchLine as BatchLine
 from ._lines import LineChecker as LineChecker
 from ._lines import LineError as LineError
+from ._lines import duplicate_id as duplicate_id
 from ._lines import validate_line as validate_line
 from ._output import BATCH_CANCELLED as BATCH_CANCELLED
 from ._output import BATCH_EXPIRED as BATCH_EXPIRED
@@ -58,7 +58,6 @@ __all__ = [
     "RESPONSES_ENDPOINT",
     "BatchLine",
     "IdFactory",
-    "IdMap",
     "LineChecker",
     "LineError",
     "OpenAIBatchStatus",
@@ -68,6 +67,7 @@ __all__ = [
     "anthropic_custom_id",
     "batch_body",
     "combined",
+    "duplicate_id",
     "new_id",
     "openai_status",
     "output_line",

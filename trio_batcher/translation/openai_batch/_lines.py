@@ -8,9 +8,10 @@ what the realtime endpoint would send -- the *same* ``translate_request`` (Chat 
 or Responses), so a request behaves alike whether it is sent now or in a batch.
 
 What only a whole file can know -- a ``custom_id`` seen before, more lines or bytes than
-allowed -- is ``LineChecker``'s: it takes the lines in order and keeps the ids seen (a set:
-memory grows with the number of lines, at most ``max_lines`` ids of at most
-``MAX_CUSTOM_ID_CHARS`` characters each, about 30 MB at OpenAI's limits, typically ~3 MB).
+allowed -- is ``LineChecker``'s: it takes the lines in order and keeps the ids seen (a set,
+so memory grows with the number of lines). The batch poller passes ``track_ids=False`` and
+finds repeats in its on-disk table instead (``duplicate_id``), so a file of any length is
+checked in constant memory.
 
 Codes: ``invalid_json``, ``missing_required_parameter``, ``invalid_custom_id``,
 ``duplicate_custom_id``, ``invalid_method``, ``invalid_url``, ``mismatched_url`` and
@@ -42,6 +43,7 @@ __all__ = [
     "BatchLine",
     "LineChecker",
     "LineError",
+    "duplicate_id",
     "validate_line",
 ]
 
@@ -51,7 +53,7 @@ ENDPOINTS: Final = (CHAT_ENDPOINT, RESPONSES_ENDPOINT)
 # OpenAI's limits for one batch input file.
 MAX_FILE_LINES: Final = 50_000
 MAX_FILE_BYTES: Final = 200 * 1024 * 1024
-# Ours: bounds what LineChecker and IdMap keep per line. OpenAI states no limit.
+# Ours: bounds what is kept and sent per line. OpenAI states no limit.
 MAX_CUSTOM_ID_CHARS: Final = 512
 
 
@@ -210,6 +212,8 @@ class LineChecker:
       options: the translation's settings.
       max_lines: requests a file may hold (OpenAI: 50,000). Empty lines do not count.
       max_bytes: bytes a file may hold (OpenAI: 200 MB), terminators included.
+      track_ids: refuse a repeated ``custom_id`` here, keeping every id in memory; False
+        leaves repeats to the caller (``duplicate_id``).
 
     Each limit is reported once, on the first line past it; lines after it are still
     checked, so every bad line is named.
@@ -222,6 +226,7 @@ class LineChecker:
         *,
         max_lines: int = MAX_FILE_LINES,
         max_bytes: int = MAX_FILE_BYTES,
+        track_ids: bool = True,
     ) -> None:
         if endpoint not in ENDPOINTS:
             raise ValueError(f"unsupported batch endpoint {endpoint!r}")
@@ -229,7 +234,7 @@ class LineChecker:
         self._options = options
         self._max_lines = max_lines
         self._max_bytes = max_bytes
-        self._seen: set[str] = set()  # bounded: see the module docstring
+        self._seen: set[str] | None = set() if track_ids else None
         self.line_no = 0
         self.requests = 0
         self.bytes = 0
@@ -261,16 +266,22 @@ class LineChecker:
             )
         result = validate_line(raw, self.line_no, self._endpoint, self._options)
         custom_id = result.custom_id
-        if custom_id is not None and custom_id in self._seen:
-            result = LineError(
-                self.line_no,
-                "duplicate_custom_id",
-                "The custom_id for this request is a duplicate of another request. "
-                "The custom_id parameter must be unique for each request in a batch.",
-                "custom_id",
-                custom_id,
-            )
-        elif custom_id is not None:
-            self._seen.add(custom_id)
+        if custom_id is not None and self._seen is not None:
+            if custom_id in self._seen:
+                result = duplicate_id(self.line_no, custom_id)
+            else:
+                self._seen.add(custom_id)
         out.append(result)
         return out
+
+
+def duplicate_id(line_no: int, custom_id: str) -> LineError:
+    """OpenAI's error for line ``line_no`` (1-based) repeating an earlier ``custom_id``."""
+    return LineError(
+        line_no,
+        "duplicate_custom_id",
+        "The custom_id for this request is a duplicate of another request. "
+        "The custom_id parameter must be unique for each request in a batch.",
+        "custom_id",
+        custom_id,
+    )

@@ -1,0 +1,213 @@
+"""The Batch API where files get large or processes many: repeats found on disk, uploads
+the server hands over in one piece, several Message Batches for one file, several proxies
+on one data directory, and a Message Batch the upstream forgets.
+
+Real loopback HTTP against the simulator, real SQLite in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import trio
+from support import SIM_KEY, openai_client, proxy_settings, running_proxy, running_simulator
+
+from trio_batcher.offline import BatchPoller
+from trio_batcher.settings import Settings
+from trio_batcher.simulator import SimulatorConfig
+from trio_batcher.store import SQLiteBatchStore, SQLiteFileStore
+from trio_batcher.store.files import BATCH_INPUT
+from trio_batcher.translation.openai_chat import TranslationOptions
+from trio_batcher.upstream.batches import MessageBatchesClient
+from trio_batcher.upstream.pool import UpstreamPool
+
+MODEL = "claude-sonnet-4-5"
+FINAL = {"completed", "failed", "expired", "cancelled"}
+
+
+def line(custom_id: str, n: int) -> bytes:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": f"Say hello #{n}"}]}
+    entry = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
+    return json.dumps({**entry, "body": body}).encode() + b"\n"
+
+
+async def until_final(client: Any, batch_id: str, seconds: float = 30) -> Any:
+    with trio.fail_after(seconds):
+        while (batch := await client.batches.retrieve(batch_id)).status not in FINAL:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    return batch
+
+
+async def create(client: Any, content: bytes) -> Any:
+    uploaded = await client.files.create(file=("in.jsonl", content), purpose="batch")
+    return await client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+
+async def test_repeats_are_found_across_slices_of_the_on_disk_id_table(tmp_path: Path) -> None:
+    ids = [f"item-{n}" for n in range(2500)]
+    ids[1499] = ids[1498]  # inside one slice of 1,000
+    ids[2399] = ids[2]  # two slices after the first use
+    content = b"".join(line(i, n) for n, i in enumerate(ids))
+    async with (
+        running_simulator() as sim,
+        running_proxy(proxy_settings(sim, data_dir=str(tmp_path))) as url,
+    ):
+        client = openai_client(url)
+        batch = await until_final(client, (await create(client, content)).id)
+        assert batch.status == "failed"
+        assert [(e.line, e.code) for e in batch.errors.data] == [
+            (1500, "duplicate_custom_id"),
+            (2400, "duplicate_custom_id"),
+        ]
+        assert not [r for r in await sim.received() if "/messages/batches" in r["path"]]
+
+
+async def test_an_upload_handed_over_in_one_large_chunk_is_stored_whole(tmp_path: Path) -> None:
+    content = b"".join(line(f"item-{n}", n) for n in range(3000))  # ~400 KB
+    boundary = "b0undary"
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: it arrives as it comes
+        yield (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.jsonl"'
+            "\r\nContent-Type: application/jsonl\r\n\r\n"
+        ).encode()
+        yield content
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    async with (
+        running_simulator() as sim,
+        running_proxy(proxy_settings(sim, data_dir=str(tmp_path))) as url,
+        httpx2.AsyncClient(trust_env=False) as http,
+    ):
+        response = await http.post(
+            f"{url}/v1/files",
+            content=chunked(),
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["bytes"] == len(content)
+        stored = await http.get(f"{url}/v1/files/{response.json()['id']}/content")
+        assert stored.content == content
+
+
+async def test_a_file_split_into_several_message_batches_comes_back_whole_and_in_order(
+    tmp_path: Path,
+) -> None:
+    """Cut by count (300 a batch) and by bytes (a body under 40 KB): every part's body is
+    streamed from the spool, and the results of all parts return in input order."""
+    count = 1000
+    async with running_simulator(SimulatorConfig(batch_processing_s=0.0)) as sim:
+        settings = Settings(anthropic_base_url=sim.url, anthropic_api_key=SIM_KEY)
+        files = SQLiteFileStore(tmp_path)
+        batches = SQLiteBatchStore(tmp_path, files)
+        pool = UpstreamPool(sim.url, connect_timeout=5.0)
+        for max_requests, max_bytes in ((300, 10**9), (10**6, 40_000)):
+            poller = BatchPoller(
+                batches,
+                files,
+                MessageBatchesClient(settings, pool),
+                TranslationOptions(
+                    default_model=MODEL,
+                    default_max_tokens=settings.default_max_tokens,
+                    anthropic_version=settings.anthropic_version,
+                ),
+                tmp_path / "work",
+                max_batch_requests=max_requests,
+                max_batch_bytes=max_bytes,
+            )
+            async with files.write_file("alice", "in.jsonl", BATCH_INPUT) as sink:
+                await sink.write(b"".join(line(f"id {n}", n) for n in range(count)))
+            record = await batches.create("alice", _batch(sink.record.id))
+            with trio.fail_after(60):
+                while (
+                    stored := await batches.get("alice", record.id)
+                ) and stored.status not in FINAL:
+                    await poller.poll_once()
+                    await trio.sleep(0.05)
+            assert stored is not None and stored.status == "completed"
+            sizes = [part.requests for part in stored.upstream]
+            assert sum(sizes) == count and len(sizes) >= 4
+            assert all(size <= max_requests for size in sizes)
+            output = b"".join(
+                [c async for c in files.read_file("alice", stored.batch["output_file_id"])]
+            )
+            got = [json.loads(raw)["custom_id"] for raw in output.splitlines()]
+            assert got == [f"id {n}" for n in range(count)]
+            assert not list((tmp_path / "work").glob("batch_*"))  # no spool left behind
+        await pool.aclose()
+        await batches.aclose()
+        await files.aclose()
+
+
+async def test_two_proxies_on_one_data_directory_send_each_batch_once(tmp_path: Path) -> None:
+    """As ``serve --workers 2`` runs them: one poller leads; a batch made through the other
+    proxy is still sent (once) and delivered."""
+    async with running_simulator(SimulatorConfig(batch_processing_s=0.2)) as sim:
+        settings = proxy_settings(sim, data_dir=str(tmp_path))
+        async with running_proxy(settings) as first, running_proxy(settings) as second:
+            made = []
+            for url in (first, second, second):
+                client = openai_client(url)
+                made.append(
+                    (client, await create(client, b"".join(line(f"x{n}", n) for n in range(5))))
+                )
+            for client, batch in made:
+                done = await until_final(client, batch.id)
+                assert done.status == "completed" and done.request_counts.completed == 5
+        creates = [r for r in await sim.received() if r["path"].endswith("/messages/batches")]
+        assert len(creates) == 3
+
+
+async def test_a_message_batch_the_upstream_no_longer_knows_fails_the_batch(tmp_path: Path) -> None:
+    """The proxy comes back pointed at an upstream that never saw its Message Batch (another
+    account, a base URL changed): after a few 404s in a row the batch fails, saying so,
+    instead of asking forever."""
+    config = SimulatorConfig(batch_processing_s=30.0)
+    async with running_simulator(config) as first:
+        settings = proxy_settings(first, data_dir=str(tmp_path))
+        async with running_proxy(settings) as url:
+            client = openai_client(url)
+            batch = await create(client, line("only", 0))
+            with trio.fail_after(10):
+                while (await client.batches.retrieve(batch.id)).status != "in_progress":  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+    async with running_simulator(config) as other:  # noqa: SIM117
+        async with running_proxy(proxy_settings(other, data_dir=str(tmp_path))) as url:
+            done = await until_final(openai_client(url), batch.id)
+    assert done.status == "failed"
+    assert [e.code for e in done.errors.data] == ["upstream_batch_missing"]
+    assert done.failed_at is not None
+
+
+def _batch(input_file_id: str) -> dict[str, Any]:
+    now = int(time.time())
+    return {
+        "object": "batch",
+        "endpoint": "/v1/chat/completions",
+        "errors": None,
+        "input_file_id": input_file_id,
+        "completion_window": "24h",
+        "status": "validating",
+        "output_file_id": None,
+        "error_file_id": None,
+        "created_at": now,
+        "in_progress_at": None,
+        "expires_at": now + 86_400,
+        "finalizing_at": None,
+        "completed_at": None,
+        "failed_at": None,
+        "expired_at": None,
+        "cancelling_at": None,
+        "cancelled_at": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "metadata": None,
+        "_gateway": {},
+    }

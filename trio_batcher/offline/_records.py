@@ -1,0 +1,73 @@
+"""What every stage of the poller shares: the gateway's state in a record, compare-and-set
+saves, an input file read through the line checker, and the spool files on disk."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any, final
+
+import trio
+
+from ..store import BatchConflict, BatchRecord, BatchStore, FileStore
+from ..translation.openai_batch import BatchLine, LineChecker, LineError
+
+__all__ = ["BatchFailed", "Spool", "checked_lines", "gateway_state", "save"]
+
+
+@final
+class BatchFailed(Exception):
+    """The step ended the batch as ``failed``; nothing more to do in it."""
+
+
+def gateway_state(record: BatchRecord) -> dict[str, Any]:
+    """The poller's own fields (``_gateway``: validated, cancel_requested, cancel_sent)."""
+    state = record.batch.get("_gateway")
+    return dict(state) if isinstance(state, Mapping) else {}
+
+
+async def save(
+    batches: BatchStore, record: BatchRecord, change: Callable[[BatchRecord], BatchRecord]
+) -> BatchRecord:
+    """Write ``change(record)``; on a lost race, apply it to the fresh record instead."""
+    while True:
+        try:
+            return await batches.update(change(record))
+        except BatchConflict:
+            fresh = await batches.get(record.owner, record.id)
+            if fresh is None:
+                raise
+            record = fresh
+
+
+async def checked_lines(
+    files: FileStore, owner: str, file_id: str, checker: LineChecker
+) -> AsyncGenerator[BatchLine | LineError, None]:
+    """The input file's lines, one at a time, as ``checker`` judges them."""
+    async with aclosing(files.read_lines(owner, file_id)) as lines:  # type: ignore[type-var]
+        async for raw in lines:
+            for item in checker.feed(raw):
+                yield item
+
+
+@final
+class Spool:
+    """Scratch files of one batch under the work directory: the Message Batch body being
+    sent (``.body``) and the results being put back in order (``.results``).
+
+    They hold what would otherwise sit in memory; nothing in them outlives the step that
+    wrote them (a restart writes them again), so ``discard`` is all the cleanup there is.
+    """
+
+    def __init__(self, work_dir: Path, batch_id: str) -> None:
+        self.body = work_dir / f"{batch_id}.body"
+        self.results = work_dir / f"{batch_id}.results"
+
+    async def discard(self) -> None:
+        def remove() -> None:
+            for path in (self.body, self.results):
+                path.unlink(missing_ok=True)
+
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(remove)
