@@ -37,6 +37,8 @@ from .edge.openai_chat import CHAT_PATH, OpenAIChatDoor
 from .edge.openai_files import FILES_PATH, MAX_UPLOAD_BYTES, files_blueprint
 from .edge.openai_responses import RESPONSES_PATH, ResponsesDoor
 from .edge.responses_routes import responses_blueprint
+from .edge.upload_flow import SCOPE_KEY as UPLOAD_GATE
+from .edge.upload_flow import GatedBody, UploadFlow
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
 from .offline import BATCH_PRICE_FACTOR, BatchPoller, purge_batches_periodically
@@ -73,12 +75,16 @@ def _client_key() -> str | None:
 @final
 class _ProxyRequest(TrioRequest):
     """Quart's request, with a body limit that fits the route: a batch file upload may be
-    far larger than ``MAX_BODY_BYTES`` (it is streamed to disk, ``edge.openai_files``)."""
+    far larger than ``MAX_BODY_BYTES`` (it is streamed to disk, ``edge.openai_files``), and
+    is read no faster than it is written (``edge.upload_flow``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if len(args) > 2 and args[0] == "POST" and args[2] == FILES_PATH:
             kwargs["max_content_length"] = MAX_UPLOAD_BYTES
         super().__init__(*args, **kwargs)
+        gate = kwargs.get("scope", {}).get(UPLOAD_GATE)
+        if gate is not None:  # read at the pace the upload is written to disk
+            self.body = GatedBody(gate, self.content_length, kwargs["max_content_length"])
 
 
 @final
@@ -145,7 +151,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     app.asgi_app = OriginPolicy(  # type: ignore[method-assign,assignment]
         ApiEndpoint(
-            app.asgi_app,
+            UploadFlow(app.asgi_app, FILES_PATH),
             lambda: app.runtime.pipeline if app.runtime is not None else None,
             {
                 CHAT_PATH: OpenAIChatDoor(settings),
@@ -199,7 +205,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 default_max_tokens=settings.default_max_tokens,
                 anthropic_version=settings.anthropic_version,
             ),
+            resolve_data_dir(settings.data_dir) / "batch-work",
             on_usage=batch_usage,
+            max_file_requests=settings.batch_file_max_requests,
         )
         await app.nursery.start(app.batch_poller.run)
         app.nursery.start_soon(purge_batches_periodically, batches, settings.batch_retention_days)

@@ -18,8 +18,8 @@ owner's id is answered exactly like an unknown one, 404.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AsyncExitStack, aclosing
 from typing import Any, Final
 
 from quart import Blueprint, Response, request
@@ -40,6 +40,9 @@ FILES_PATH: Final = "/v1/files"
 _MULTIPART_SLACK: Final = 64 * 1024
 MAX_UPLOAD_BYTES: Final = MAX_FILE_BYTES + _MULTIPART_SLACK
 _MAX_FIELD_BYTES: Final = 64 * 1024
+# The decoder is fed at most this much at once: it refuses a buffer past _MAX_FIELD_BYTES,
+# and the server may hand over everything that arrived since the last read in one chunk.
+_FEED_BYTES: Final = 16 * 1024
 _DEFAULT_LIMIT: Final = 10_000
 _MAX_LIMIT: Final = 10_000
 
@@ -119,12 +122,18 @@ async def _store_upload(
 ) -> FileRecord:
     """Parse the multipart ``body`` and store its file part; returns its record."""
     decoder = MultipartDecoder(boundary, max_form_memory_size=_MAX_FIELD_BYTES)
+    async with aclosing(_slices(body)) as chunks:
+        return await _decode(files, owner, decoder, chunks)
+
+
+async def _decode(
+    files: FileStore, owner: str, decoder: MultipartDecoder, chunks: AsyncIterator[bytes]
+) -> FileRecord:
     fields: dict[str, bytes] = {}
     field_name: str | None = None
     field_value = bytearray()
     record: FileRecord | None = None
     seen_file = ended = False
-    chunks = aiter(body)
     try:
         async with AsyncExitStack() as stack:
             sink: FileSink | None = None
@@ -191,6 +200,14 @@ async def _store_upload(
             )
         raise _bad_purpose(purpose)
     return record
+
+
+async def _slices(body: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    """``body`` again, in pieces of at most ``_FEED_BYTES``."""
+    async for chunk in body:
+        view = memoryview(chunk)
+        for start in range(0, len(view), _FEED_BYTES):
+            yield bytes(view[start : start + _FEED_BYTES])
 
 
 def _bad_purpose(purpose: bytes) -> ProxyError:
