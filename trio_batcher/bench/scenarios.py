@@ -1,7 +1,8 @@
 """The scenarios ``trio-batcher bench`` can run: their names, titles, and what each does.
 
 Each scenario is a module of its own (``overhead``, ``streaming``, ``burst``,
-``overload``, ``disconnect``, ``ratelimit``, ``cluster``, ``tenants``, ``soak``). Each
+``overload``, ``disconnect``, ``ratelimit``, ``cluster``, ``tenants``, ``batch-memory``,
+``soak``). Each
 starts its own simulator and proxies (``processes.running_stack``), so one scenario's settings and
 counters never leak into another, and runs its phases through ``Bench.measure`` (the
 ``cluster`` and ``soak`` scenarios measure their own, across processes). What is compared is always
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, final
 
+from .batch_memory import run_batch_memory
 from .burst import run_burst
 from .cluster import run_cluster
 from .disconnect import run_disconnect
@@ -137,6 +139,18 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "requests each tenant completed while saturated should be 3:1 within 10%. "
             "--quick: A 200, B 10, a 3 s weighted phase.",
             run_tenants,
+        ),
+        Scenario(
+            "batch-memory",
+            "Batch API memory: 10,000 lines and 100,000 lines, peak RSS of the proxy",
+            "Two proxies, each its own process, each run one Batch API file through the "
+            "simulator's Message Batches (processed at once): 10,000 lines on one, 100,000 "
+            "on the other. Each proxy's RSS is sampled every 20 ms through the upload, the "
+            "validation and sending, the upstream's processing, the delivery in input "
+            "order and the download of the output; the larger file's peak above its idle "
+            "baseline must stay within 16 MB of the smaller one's.",
+            run_batch_memory,
+            in_all=False,
         ),
         Scenario(
             "soak",
