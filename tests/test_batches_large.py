@@ -211,3 +211,71 @@ def _batch(input_file_id: str) -> dict[str, Any]:
         "metadata": None,
         "_gateway": {},
     }
+
+
+async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
+    tmp_path: Path,
+) -> None:
+    count = 1000
+    async with running_simulator(SimulatorConfig(batch_processing_s=0.0)) as sim:
+        settings = Settings(anthropic_base_url=sim.url, anthropic_api_key=SIM_KEY)
+        files = SQLiteFileStore(tmp_path)
+        batches = SQLiteBatchStore(tmp_path, files)
+        pool = UpstreamPool(sim.url, connect_timeout=5.0)
+
+        class CancelledAfterTwo(MessageBatchesClient):  # the client cancels meanwhile
+            created = 0
+
+            async def create(self, body: Any) -> dict[str, Any]:
+                answer = await super().create(body)
+                self.created += 1
+                if self.created == 2:
+                    stored = await batches.get("alice", record.id)
+                    assert stored is not None
+                    flags = {**stored.batch["_gateway"], "cancel_requested": True}
+                    await batches.update(stored.evolve(status="cancelling", _gateway=flags))
+                return answer
+
+        poller = BatchPoller(
+            batches,
+            files,
+            CancelledAfterTwo(settings, pool),
+            TranslationOptions(
+                default_model=MODEL,
+                default_max_tokens=settings.default_max_tokens,
+                anthropic_version=settings.anthropic_version,
+            ),
+            tmp_path / "work",
+            max_batch_requests=100,
+        )
+        async with files.write_file("alice", "in.jsonl", BATCH_INPUT) as sink:
+            await sink.write(b"".join(line(f"id-{n}", n) for n in range(count)))
+        record = await batches.create("alice", _batch(sink.record.id))
+        with trio.fail_after(60):
+            while (stored := await batches.get("alice", record.id)) and stored.status not in FINAL:
+                await poller.poll_once()
+                await trio.sleep(0.05)
+        assert stored is not None and stored.status == "cancelled"
+        assert [p.requests for p in stored.upstream] == [100, 100]
+        creates = [r for r in await sim.received() if r["path"].endswith("/messages/batches")]
+        assert len(creates) == 2
+        counts = stored.batch["request_counts"]
+        assert counts["total"] == count and counts["completed"] + counts["failed"] == count
+
+        async def lines_of(file_id: str | None) -> list[dict[str, Any]]:
+            if file_id is None:
+                return []
+            raw = b"".join([c async for c in files.read_file("alice", file_id)])
+            return [json.loads(x) for x in raw.splitlines()]
+
+        output = await lines_of(stored.batch["output_file_id"])
+        errors = await lines_of(stored.batch["error_file_id"])
+        assert len(output) == counts["completed"] <= 200
+        unsent = [e for e in errors if int(e["custom_id"].split("-")[1]) >= 200]
+        assert len(unsent) == count - 200
+        assert {e["error"]["code"] for e in unsent} == {"batch_cancelled"}
+        order = [int(x["custom_id"].split("-")[1]) for x in (*output, *errors)]
+        assert sorted(order) == list(range(count))
+        await pool.aclose()
+        await batches.aclose()
+        await files.aclose()

@@ -132,15 +132,21 @@ class Deliverer:
             await trio.open_file(results, "rb") as spool,
         ):
             page: list[_Row] = []
+            sent = sum(part.requests for part in record.upstream)
+            position = 0
 
             async def drain() -> None:
-                nonlocal succeeded
+                nonlocal succeeded, position
                 raws = await trio.to_thread.run_sync(_read_rows, spool.wrapped, page)
                 for (request, _, _), raw in zip(page, raws, strict=True):
                     item = await anext(lines)
                     if not isinstance(item, BatchLine) or item.line != request.line:
                         raise RuntimeError(f"batch {record.id}: the input file changed")
-                    result = json.loads(raw) if raw is not None else _missing()
+                    position += 1
+                    if raw is not None:
+                        result = json.loads(raw)
+                    else:  # never sent (a cancel stopped the sending), or left out
+                        result = _NOT_SENT if position > sent else _missing()
                     kind, line = output_line(
                         result, request.custom_id, endpoint, request=item.request, created=created
                     )
@@ -177,7 +183,8 @@ class Deliverer:
         for unused, sink in ((output_id is None, output), (error_id is None, errs)):
             if unused:
                 await self._files.delete(record.owner, sink.record.id)
-        total = sum(part.requests for part in record.upstream)
+        sent = sum(part.requests for part in record.upstream)
+        total = max(sent, int((record.batch.get("request_counts") or {}).get("total") or 0))
         counts = {"total": total, "completed": succeeded, "failed": total - succeeded}
         cancelled = bool(gateway_state(record).get("cancel_requested")) or (
             whole.get("cancel_initiated_at") is not None
@@ -234,6 +241,10 @@ def _sum_into(summed: dict[str, Any], usage: Mapping[str, Any]) -> None:
             _sum_into(summed.setdefault(key, {}), value)
         elif isinstance(value, int) and not isinstance(value, bool):
             summed[key] = summed.get(key, 0) + value
+
+
+# A line after the Message Batches a cancel stopped: as cancelled as those cancelled there.
+_NOT_SENT: Final = {"result": {"type": "canceled"}}
 
 
 def _missing() -> dict[str, Any]:

@@ -10,12 +10,15 @@ Sending reads the file again and writes each Message Batch's body to a spool fil
 ``split_batches`` would cut it, then streams that file upstream (``FileBody``): a 256 MB
 body is never in memory. Each created batch is recorded at once, so a restart resumes after
 the last one recorded (a crash between the upstream's answer and that write can leave one
-orphaned Message Batch upstream; it is never billed twice to the client's file).
+orphaned Message Batch upstream; it is never billed twice to the client's file). A cancel
+asked for meanwhile stops it before the next Message Batch: those already created are
+cancelled upstream by the poller, and the lines never sent are reported cancelled.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import aclosing
 from pathlib import Path
 from typing import IO, Any, Final, final
 
@@ -97,13 +100,21 @@ class Submitter:
             return
         record = await self._send(record)
         now = int(time.time())
+        counts = {"total": total, "completed": 0, "failed": 0}
+        if not record.upstream:  # cancelled before anything was sent
+            await save(
+                self._batches,
+                record,
+                lambda r: r.evolve(status="cancelled", cancelled_at=now, request_counts=counts),
+            )
+            return
         await save(
             self._batches,
             record,
             lambda r: r.evolve(
                 status="cancelling" if gateway_state(r).get("cancel_requested") else "in_progress",
                 in_progress_at=now,
-                request_counts={"total": total, "completed": 0, "failed": 0},
+                request_counts=counts,
                 _gateway={**gateway_state(r), "validated": True},
             ),
         )
@@ -116,20 +127,22 @@ class Submitter:
         pending: list[BatchRequest] = []
         index = 0
         input_id = str(record.batch["input_file_id"])
-        async for item in checked_lines(self._files, record.owner, input_id, self._checker(record)):
-            if isinstance(item, LineError):
-                errors.add(item.as_batch_error())
-                if item.custom_id is None:
-                    continue
-                # Stored too: a later line reusing its id is a duplicate, as OpenAI counts.
-                pending.append(BatchRequest(item.line, item.custom_id, ""))
-            else:
-                upstream_id = anthropic_custom_id(item.custom_id, index)
-                pending.append(BatchRequest(item.line, item.custom_id, upstream_id))
-                index += 1
-            if len(pending) >= _SLICE:
-                await self._store_slice(record.id, pending, errors)
-                pending = []
+        checked = checked_lines(self._files, record.owner, input_id, self._checker(record))
+        async with aclosing(checked) as lines:
+            async for item in lines:
+                if isinstance(item, LineError):
+                    errors.add(item.as_batch_error())
+                    if item.custom_id is None:
+                        continue
+                    # Stored too: a later line reusing its id is a duplicate, as OpenAI counts.
+                    pending.append(BatchRequest(item.line, item.custom_id, ""))
+                else:
+                    upstream_id = anthropic_custom_id(item.custom_id, index)
+                    pending.append(BatchRequest(item.line, item.custom_id, upstream_id))
+                    index += 1
+                if len(pending) >= _SLICE:
+                    await self._store_slice(record.id, pending, errors)
+                    pending = []
         await self._store_slice(record.id, pending, errors)
         return errors.first(), index
 
@@ -154,10 +167,9 @@ class Submitter:
         body = _Body(spool.body)
         position = first = 0
         input_id = str(record.batch["input_file_id"])
+        lines = checked_lines(self._files, record.owner, input_id, self._checker(record))
         try:
-            async for item in checked_lines(
-                self._files, record.owner, input_id, self._checker(record)
-            ):
+            async for item in lines:
                 if not isinstance(item, BatchLine):  # validated before: cannot happen
                     raise RuntimeError(f"batch {record.id}: the input file changed")
                 position += 1
@@ -177,7 +189,10 @@ class Submitter:
                 await body.add(entry)
             if body.count:
                 record = await self._create(record, await body.finish(), first, body.count)
+        except _Cancelled as cancelled:
+            return cancelled.record
         finally:
+            await lines.aclose()
             await body.aclose()
             await spool.discard()
         return record
@@ -185,6 +200,11 @@ class Submitter:
     async def _create(
         self, record: BatchRecord, body: FileBody, first: int, count: int
     ) -> BatchRecord:
+        """Create one Message Batch and record it -- unless a cancel came in meanwhile: then
+        nothing more is sent (``_Cancelled``), and delivery reports the rest cancelled."""
+        fresh = await self._batches.get(record.owner, record.id)
+        if fresh is not None and gateway_state(fresh).get("cancel_requested"):
+            raise _Cancelled(fresh)
         try:
             created = await self._upstream.create(body)
         except ProxyError as exc:
@@ -211,6 +231,15 @@ class Submitter:
             results_url=created.get("results_url"),
         )
         return await save(self._batches, record, lambda r: r.evolve(upstream=[*r.upstream, part]))
+
+
+@final
+class _Cancelled(Exception):
+    """A cancel was asked for while the Message Batches were being created."""
+
+    def __init__(self, record: BatchRecord) -> None:
+        super().__init__(record.id)
+        self.record = record
 
 
 @final
