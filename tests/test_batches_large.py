@@ -279,3 +279,21 @@ async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
         await pool.aclose()
         await batches.aclose()
         await files.aclose()
+
+
+async def test_spool_files_a_crashed_poller_left_are_removed_when_a_poller_starts(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "batch-work"
+    work.mkdir()
+    stale = [work / "batch_gone.body", work / "batch_gone.results"]
+    for path in stale:
+        path.write_bytes(b"x" * 1000)
+    async with (
+        running_simulator() as sim,
+        running_proxy(proxy_settings(sim, data_dir=str(tmp_path))) as url,
+    ):
+        client = openai_client(url)
+        done = await until_final(client, (await create(client, line("a", 0))).id)
+        assert done.status == "completed"
+        assert not any(path.exists() for path in stale)

@@ -55,7 +55,7 @@ from ..translation.openai_batch import (
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
 from ._deliver import Deliverer, UsageSink
-from ._records import BatchFailed, gateway_state, save
+from ._records import BatchFailed, clear_spools, gateway_state, save
 from ._submit import MAX_REPORTED_ERRORS, Submitter
 
 __all__ = [
@@ -139,6 +139,8 @@ class BatchPoller:
         task_status.started()
         lock = await self._lead()
         try:
+            # Spool files are a step's scratch; any here are a crashed leader's.
+            await trio.to_thread.run_sync(clear_spools, self._work_dir)
             wait = self._first_poll_s
             while True:
                 self._news = trio.Event()

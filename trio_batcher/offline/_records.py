@@ -13,7 +13,7 @@ import trio
 from ..store import BatchConflict, BatchRecord, BatchStore, FileStore
 from ..translation.openai_batch import BatchLine, LineChecker, LineError
 
-__all__ = ["BatchFailed", "Spool", "checked_lines", "gateway_state", "save"]
+__all__ = ["BatchFailed", "Spool", "checked_lines", "clear_spools", "gateway_state", "save"]
 
 
 @final
@@ -71,3 +71,10 @@ class Spool:
 
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(remove)
+
+
+def clear_spools(work_dir: Path) -> None:
+    """Remove every spool file under ``work_dir`` (blocking: run it in a thread)."""
+    for pattern in ("*.body", "*.results"):
+        for path in work_dir.glob(pattern):
+            path.unlink(missing_ok=True)
