@@ -54,7 +54,11 @@ async def test_repeats_are_found_across_slices_of_the_on_disk_id_table(tmp_path:
     ids = [f"item-{n}" for n in range(2500)]
     ids[1499] = ids[1498]  # inside one slice of 1,000
     ids[2399] = ids[2]  # two slices after the first use
-    content = b"".join(line(i, n) for n, i in enumerate(ids))
+    ids[1999] = ids[10]  # a repeat that is also a bad line: reported once, as the repeat
+    lines = [line(i, n) for n, i in enumerate(ids)]
+    bad = {"custom_id": ids[1999], "method": "POST", "url": "/v1/chat/completions", "body": {}}
+    lines[1999] = json.dumps(bad).encode() + b"\n"
+    content = b"".join(lines)
     async with (
         running_simulator() as sim,
         running_proxy(proxy_settings(sim, data_dir=str(tmp_path))) as url,
@@ -64,6 +68,7 @@ async def test_repeats_are_found_across_slices_of_the_on_disk_id_table(tmp_path:
         assert batch.status == "failed"
         assert [(e.line, e.code) for e in batch.errors.data] == [
             (1500, "duplicate_custom_id"),
+            (2000, "duplicate_custom_id"),
             (2400, "duplicate_custom_id"),
         ]
         assert not [r for r in await sim.received() if "/messages/batches" in r["path"]]

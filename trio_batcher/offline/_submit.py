@@ -49,6 +49,7 @@ MAX_REPORTED_ERRORS: Final = 1000
 _SLICE: Final = 1000  # lines per write to the store
 _WRITE_BYTES: Final = 1024 * 1024  # spool writes are this large (one thread hop each)
 _ENVELOPE: Final = len(BODY_PREFIX) + len(BODY_SUFFIX)
+_FILE_LIMITS: Final = frozenset({"max_requests_exceeded", "max_file_size_exceeded"})
 
 
 @final
@@ -290,8 +291,8 @@ class _Body:
 @final
 class _Errors:
     """The ``errors.data`` entries with the lowest line numbers, at most
-    ``MAX_REPORTED_ERRORS``: repeats are found a slice late, so entries arrive nearly,
-    not exactly, in line order."""
+    ``MAX_REPORTED_ERRORS``, one a line: repeats are found a slice late, so entries arrive
+    nearly, not exactly, in line order."""
 
     def __init__(self) -> None:
         self._entries: list[dict[str, Any]] = []
@@ -309,7 +310,14 @@ class _Errors:
         return self._entries
 
     def _trim(self) -> None:
-        self._entries.sort(key=lambda e: e["line"] if e["line"] is not None else 0)
+        """Sort, keep one entry a line -- the later: a repeated ``custom_id`` is found
+        after the line's own error and is the one reported, as ``LineChecker`` does (a
+        file limit's entry is kept beside it) -- and drop all but the first
+        ``MAX_REPORTED_ERRORS``."""
+        by_line: dict[tuple[int | None, bool], dict[str, Any]] = {}
+        for entry in self._entries:  # a file limit's entry stands beside its line's own
+            by_line[entry["line"], entry["code"] in _FILE_LIMITS] = entry
+        self._entries = sorted(by_line.values(), key=lambda e: e["line"] or 0)
         del self._entries[MAX_REPORTED_ERRORS:]
 
 
