@@ -140,7 +140,10 @@ class BatchPoller:
         lock = await self._lead()
         try:
             # Spool files are a step's scratch; any here are a crashed leader's.
-            await trio.to_thread.run_sync(clear_spools, self._work_dir)
+            try:
+                await trio.to_thread.run_sync(clear_spools, self._work_dir)
+            except OSError as exc:
+                log.warning("stale batch spool files could not be removed: %s", exc)
             wait = self._first_poll_s
             while True:
                 self._news = trio.Event()
@@ -173,9 +176,20 @@ class BatchPoller:
             return None
 
     async def _lead(self) -> int:
-        """Wait until this process holds the poller lock; returns its descriptor."""
-        await trio.to_thread.run_sync(lambda: self._work_dir.mkdir(parents=True, exist_ok=True))
-        fd = os.open(self._work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        """Wait until this process holds the poller lock; returns its descriptor. A data
+        directory that cannot be written (the store's own failure, which every request
+        that needs it reports) is logged and tried again, never a crash of the app."""
+        warned = False
+        while True:
+            try:
+                fd = await trio.to_thread.run_sync(self._open_lock)
+            except OSError as exc:
+                if not warned:
+                    log.warning("batches cannot be polled: %s", exc)
+                    warned = True
+                await trio.sleep(LEADER_RETRY_S)
+            else:
+                break
         try:
             while True:
                 try:
@@ -187,6 +201,10 @@ class BatchPoller:
         except BaseException:
             os.close(fd)
             raise
+
+    def _open_lock(self) -> int:
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        return os.open(self._work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
 
     async def poll_once(self) -> bool:
         """One step for every unfinished batch; whether any of them changed."""
