@@ -41,6 +41,7 @@ from .edge.upload_flow import SCOPE_KEY as UPLOAD_GATE
 from .edge.upload_flow import GatedBody, UploadFlow
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
+from .observatory.batch_status import BatchStatusCollector, BatchStatusGauge
 from .offline import BATCH_PRICE_FACTOR, BatchPoller, purge_batches_periodically
 from .offline import SURFACE as BATCH_SURFACE
 from .runtime import Runtime
@@ -146,6 +147,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     # bad file has already stopped `serve`; here it raises). Reloaded while serving.
     tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
 
+    batch_status = BatchStatusGauge(batches.status_counts)
+
     def keyed() -> bool:
         return tenants.directory.auth_required
 
@@ -211,6 +214,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         )
         await app.nursery.start(app.batch_poller.run)
         app.nursery.start_soon(purge_batches_periodically, batches, settings.batch_retention_days)
+        if rt.prometheus is not None:
+            rt.prometheus.collector_registry.register(BatchStatusCollector(batch_status))
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, batching %s, gate %s",
@@ -386,12 +391,15 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         snapshot = rt.metrics.snapshot(rt.gauges())
         snapshot["upstream"] = rt.upstream_statistics()
         snapshot["cluster"] = rt.cluster_statistics()
+        if (counted := await batch_status.refresh()) is not None:
+            snapshot["batches"] = counted
         return json_response(snapshot, headers={"Cache-Control": "no-store"})
 
     @app.get("/metrics/prometheus")
     async def metrics_prometheus() -> Response:
         rt = _metrics_runtime()
         assert rt.prometheus is not None
+        await batch_status.refresh()
         body, content_type = rt.prometheus.render(request.headers.get("Accept"))
         response = Response(body, status=200, content_type=content_type)
         response.headers["Cache-Control"] = "no-store"

@@ -1,0 +1,32 @@
+"""Batches by status in ``/metrics`` and Prometheus, read from the store at each scrape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+from support import openai_client, proxy_settings, running_proxy, running_simulator
+from test_batches_large import create, line, until_final
+
+from trio_batcher.observatory.batch_status import BATCH_STATUSES
+
+
+async def test_a_finished_and_a_failed_batch_are_counted_by_status(tmp_path: Path) -> None:
+    async with (
+        running_simulator() as sim,
+        running_proxy(proxy_settings(sim, data_dir=str(tmp_path), metrics_enabled=True)) as url,
+        httpx2.AsyncClient(trust_env=False) as http,
+    ):
+        before = (await http.get(f"{url}/metrics")).json()["batches"]["by_status"]
+        assert before == dict.fromkeys(BATCH_STATUSES, 0)
+        client = openai_client(url)
+        good = await until_final(client, (await create(client, line("a", 0))).id)
+        bad = await until_final(client, (await create(client, b"not json\n")).id)
+        assert (good.status, bad.status) == ("completed", "failed")
+        counted = (await http.get(f"{url}/metrics")).json()["batches"]["by_status"]
+        assert counted == {**dict.fromkeys(BATCH_STATUSES, 0), "completed": 1, "failed": 1}
+        text = (await http.get(f"{url}/metrics/prometheus")).text
+        assert "# TYPE trio_batcher_batches gauge" in text
+        assert 'trio_batcher_batches{status="completed"} 1.0' in text
+        assert 'trio_batcher_batches{status="failed"} 1.0' in text
+        assert 'trio_batcher_batches{status="in_progress"} 0.0' in text
