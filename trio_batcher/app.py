@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import Any, Final, final
 
 import trio
@@ -42,8 +41,7 @@ from .edge.upload_flow import GatedBody, UploadFlow
 from .edge.visuals import visual_file
 from .errors import ProxyError, error_body
 from .observatory.batch_status import BatchStatusCollector, BatchStatusGauge
-from .offline import BATCH_PRICE_FACTOR, BatchPoller, purge_batches_periodically
-from .offline import SURFACE as BATCH_SURFACE
+from .offline import BatchPoller, purge_batches_periodically
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
 from .settings import Settings
@@ -188,16 +186,6 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
         app.nursery.start_soon(purge_expired_periodically, responses)
 
-        def batch_usage(owner: str, model: str, usage: Mapping[str, Any], requests: int) -> None:
-            if rt.metrics is not None:
-                rt.metrics.record_offline(
-                    model,
-                    usage,
-                    requests=requests,
-                    surface=BATCH_SURFACE,
-                    price_factor=BATCH_PRICE_FACTOR,
-                )
-
         # One task for every batch; it resumes the unfinished ones after a restart.
         app.batch_poller = BatchPoller(
             batches,
@@ -209,7 +197,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 anthropic_version=settings.anthropic_version,
             ),
             resolve_data_dir(settings.data_dir) / "batch-work",
-            on_usage=batch_usage,
+            on_usage=rt.record_batch_usage,
             max_file_requests=settings.batch_file_max_requests,
         )
         await app.nursery.start(app.batch_poller.run)
@@ -327,7 +315,11 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         if app.batch_poller is not None:
             app.batch_poller.wake()
 
-    app.register_blueprint(batches_blueprint(batches, files, keyed, wake_poller))
+    def tenant_name() -> str | None:
+        found = tenants.directory.lookup(_client_key())
+        return found.name if found is not None else None
+
+    app.register_blueprint(batches_blueprint(batches, files, keyed, wake_poller, tenant_name))
 
     @app.post(RESPONSES_PATH)
     @app.post(MESSAGES_PATH)

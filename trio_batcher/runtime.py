@@ -9,6 +9,7 @@ module reaches into another's construction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, final
 
 import trio
@@ -21,8 +22,10 @@ from .cluster.spend import RedisSpendStore
 from .edge.models import ModelCatalogue, find_model
 from .observatory.gc_pauses import GcPauses
 from .observatory.metrics import Gauges, MetricsRegistry
-from .observatory.pricing import load_pricing
+from .observatory.pricing import TokenUsage, load_pricing
 from .observatory.prometheus import PrometheusExporter
+from .offline import BATCH_PRICE_FACTOR
+from .offline import SURFACE as BATCH_SURFACE
 from .pipeline.core import Pipeline
 from .pipeline.tenancy import TenantGuard
 from .settings import Settings
@@ -42,7 +45,7 @@ class Runtime:
     def __init__(self, settings: Settings, tenants: TenantsWatcher | None = None) -> None:
         self.settings = settings
         self.tenants = tenants or TenantsWatcher(None, proxy_api_keys=settings.proxy_api_keys)
-        pricing = load_pricing(settings.pricing_file)
+        self.pricing = pricing = load_pricing(settings.pricing_file)
         self.http = new_upstream_pool(settings)
         self.upstream = UpstreamClient(settings, self.http)
         self.models = ModelCatalogue(self.upstream.list_models)
@@ -137,6 +140,26 @@ class Runtime:
             "adaptive_limit": stats.current_limit,
             "failures_by_signal": dict(stats.failures_by_signal),
         }
+
+    def record_batch_usage(
+        self, tenant: str | None, model: str, usage: Mapping[str, Any], requests: int
+    ) -> None:
+        """A delivered batch's succeeded requests on ``model``: counted in the observatory
+        (surface ``openai.batch``, the creating tenant's ``by_tenant``) and charged to its
+        budget, both at the Message Batches price (half the standard rate)."""
+        if self.metrics is not None:
+            self.metrics.record_offline(
+                model,
+                usage,
+                requests=requests,
+                surface=BATCH_SURFACE,
+                price_factor=BATCH_PRICE_FACTOR,
+                tenant=tenant,
+            )
+        if self.ledger is not None and tenant is not None:
+            cost = self.pricing.cost(model, TokenUsage.from_anthropic(usage))
+            if cost:
+                self.ledger.charge(tenant, float(cost * BATCH_PRICE_FACTOR))
 
     async def run_ledger(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

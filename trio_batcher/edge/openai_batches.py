@@ -44,9 +44,14 @@ def public_batch(record: BatchRecord) -> dict[str, Any]:
 
 
 def batches_blueprint(
-    batches: BatchStore, files: FileStore, keyed: Callable[[], bool], wake: Callable[[], None]
+    batches: BatchStore,
+    files: FileStore,
+    keyed: Callable[[], bool],
+    wake: Callable[[], None],
+    tenant: Callable[[], str | None] = lambda: None,
 ) -> Blueprint:
-    """The Batch routes; ``wake()`` tells the poller something changed."""
+    """The Batch routes; ``wake()`` tells the poller something changed; ``tenant()`` names
+    the requesting client's tenant, kept with the batch so its spend is charged there."""
     routes = Blueprint("openai_batches", __name__)
 
     def owner() -> str:
@@ -88,7 +93,7 @@ def batches_blueprint(
             "cancelled_at": None,
             "request_counts": {"total": 0, "completed": 0, "failed": 0},
             "metadata": metadata,
-            "_gateway": {},
+            "_gateway": {"tenant": tenant()},
         }
         with reading_the_store():
             record = await batches.create(who, batch)

@@ -269,6 +269,7 @@ class MetricsRegistry:
         requests: int,
         surface: str,
         price_factor: Decimal,
+        tenant: str | None = None,
     ) -> None:
         """Count ``requests`` answered through a Message Batch, with their summed ``usage``.
 
@@ -285,6 +286,7 @@ class MetricsRegistry:
             cost = self._spend(model, entry, tokens, price_factor)
             totals = self._surface(surface)
             totals.record_offline(requests, tokens, cost)
+            self._tenants.record_offline(tenant, requests, tokens, cost)
 
     def record_call(self, surface: str, status: int, timing: Timing) -> None:
         """Count a call that generates nothing (``count_tokens``): under its surface only,

@@ -125,6 +125,12 @@ class TenantBook:
         """Count one finished request (``cost`` None: unpriced, or no usage)."""
         self._entry(tenant).finished.record(status, timing, stream=stream, tokens=tokens, cost=cost)
 
+    def record_offline(
+        self, tenant: str | None, requests: int, tokens: TokenUsage, cost: Decimal | None
+    ) -> None:
+        """Count ``requests`` a batch of ``tenant``'s answered: no latency sample."""
+        self._entry(tenant).finished.record_offline(requests, tokens, cost)
+
     def record_rejected(self, tenant: str | None, reason: str) -> None:
         rejected = self._entry(tenant).rejected
         rejected[reason] = rejected.get(reason, 0) + 1

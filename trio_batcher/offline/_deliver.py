@@ -40,8 +40,9 @@ from ._records import Spool, checked_lines, gateway_state, save
 
 __all__ = ["Deliverer", "UsageSink"]
 
-# (owner, model, summed usage, requests) of a delivered batch's succeeded requests.
-UsageSink = Callable[[str, str, Mapping[str, Any], int], None]
+# (tenant, model, summed usage, requests) of a delivered batch's succeeded requests; the
+# tenant is the creator's name (None for a batch stored before tenants were recorded).
+UsageSink = Callable[[str | None, str, Mapping[str, Any], int], None]
 
 _INDEX_SLICE: Final = 1000  # offsets per write to the store
 _READ_ROWS: Final = 256  # results read back from the spool in one thread hop
@@ -167,8 +168,11 @@ class Deliverer:
             await drain()
         await self._finish(record, whole, output, errs, succeeded)
         if self._on_usage is not None:
+            tenant = gateway_state(record).get("tenant")
             for model, count in replies.items():
-                self._on_usage(owner, model, usage.get(model, {}), count)
+                self._on_usage(
+                    tenant if isinstance(tenant, str) else None, model, usage.get(model, {}), count
+                )
 
     async def _finish(
         self,

@@ -1,0 +1,51 @@
+"""A batch's spend is its tenant's: attributed in ``by_tenant`` and charged to its budget,
+at the batch price (half the standard rate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+import pytest
+from support import openai_client, proxy_settings, running_proxy, running_simulator
+from test_batches_large import create, line, until_final
+from test_tenants_live import KEYS, _auth, _chat, _tenants_file
+
+from trio_batcher.simulator import SimulatorConfig
+
+
+async def test_a_batch_counts_against_its_tenants_budget_and_shows_in_its_metrics(
+    tmp_path: Path,
+) -> None:
+    # Ten replies of 4 tokens on claude-sonnet-4-5 cost about $0.0005 at the standard rate,
+    # half that in a batch: past a budget of $0.0002.
+    path = _tenants_file(tmp_path, **{"capped": {"budget_usd": 0.0002}})
+    async with running_simulator(SimulatorConfig(reply_tokens=4)) as sim:
+        settings = proxy_settings(
+            sim, tenants_file=str(path), data_dir=str(tmp_path / "d"), metrics_enabled=True
+        )
+        async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
+            client = openai_client(url, api_key=KEYS["capped"])
+            content = b"".join(line(f"n{i}", i) for i in range(10))
+            batch = await until_final(client, (await create(client, content)).id)
+            assert batch.status == "completed" and batch.request_counts.completed == 10
+            snapshot = (await http.get(f"{url}/metrics", headers=_auth("team-a"))).json()
+            refused = await http.post(
+                f"{url}/v1/chat/completions", json=_chat("after"), headers=_auth("capped")
+            )
+            other = await http.post(
+                f"{url}/v1/chat/completions", json=_chat("hi"), headers=_auth("team-a")
+            )
+    capped = snapshot["by_tenant"]["capped"]
+    surface = snapshot["by_surface"]["openai.batch"]
+    assert capped["requests"]["by_status"] == surface["requests"]["by_status"] == {"200": 10}
+    assert capped["tokens"] == surface["tokens"] and capped["tokens"]["output"] == 40
+    tokens = capped["tokens"]
+    half_price = (tokens["input"] * 3 + tokens["output"] * 15) / 1e6 / 2  # sonnet 4.5, per M
+    assert capped["estimated_cost_usd"] == pytest.approx(half_price)
+    assert surface["estimated_cost_usd"] == pytest.approx(half_price) and half_price > 0.0002
+    assert "team-a" not in snapshot["by_tenant"] or not snapshot["by_tenant"]["team-a"].get(
+        "tokens", {}
+    ).get("output")
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+    assert other.status_code == 200
