@@ -17,6 +17,7 @@ import httpx2
 import trio
 from support import SIM_KEY, openai_client, proxy_settings, running_proxy, running_simulator
 
+from trio_batcher.edge.openai_batches import new_batch
 from trio_batcher.offline import BatchPoller
 from trio_batcher.settings import Settings
 from trio_batcher.simulator import SimulatorConfig
@@ -115,15 +116,10 @@ async def test_a_file_split_into_several_message_batches_comes_back_whole_and_in
         batches = SQLiteBatchStore(tmp_path, files)
         pool = UpstreamPool(sim.url, connect_timeout=5.0)
         for max_requests, max_bytes in ((300, 10**9), (10**6, 40_000)):
-            poller = BatchPoller(
+            poller = _poller(
                 batches,
                 files,
                 MessageBatchesClient(settings, pool),
-                TranslationOptions(
-                    default_model=MODEL,
-                    default_max_tokens=settings.default_max_tokens,
-                    anthropic_version=settings.anthropic_version,
-                ),
                 tmp_path / "work",
                 max_batch_requests=max_requests,
                 max_batch_bytes=max_bytes,
@@ -193,29 +189,28 @@ async def test_a_message_batch_the_upstream_no_longer_knows_fails_the_batch(tmp_
 
 
 def _batch(input_file_id: str) -> dict[str, Any]:
-    now = int(time.time())
-    return {
-        "object": "batch",
-        "endpoint": "/v1/chat/completions",
-        "errors": None,
-        "input_file_id": input_file_id,
-        "completion_window": "24h",
-        "status": "validating",
-        "output_file_id": None,
-        "error_file_id": None,
-        "created_at": now,
-        "in_progress_at": None,
-        "expires_at": now + 86_400,
-        "finalizing_at": None,
-        "completed_at": None,
-        "failed_at": None,
-        "expired_at": None,
-        "cancelling_at": None,
-        "cancelled_at": None,
-        "request_counts": {"total": 0, "completed": 0, "failed": 0},
-        "metadata": None,
-        "_gateway": {},
-    }
+    return new_batch(input_file_id, "/v1/chat/completions", None, None, int(time.time()))
+
+
+def _poller(
+    batches: SQLiteBatchStore,
+    files: SQLiteFileStore,
+    upstream: MessageBatchesClient,
+    work: Path,
+    **limits: int,
+) -> BatchPoller:
+    return BatchPoller(
+        batches,
+        files,
+        upstream,
+        TranslationOptions(
+            default_model=MODEL,
+            default_max_tokens=Settings().default_max_tokens,
+            anthropic_version=Settings().anthropic_version,
+        ),
+        work,
+        **limits,
+    )
 
 
 async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
@@ -241,15 +236,10 @@ async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
                     await batches.update(stored.evolve(status="cancelling", _gateway=flags))
                 return answer
 
-        poller = BatchPoller(
+        poller = _poller(
             batches,
             files,
             CancelledAfterTwo(settings, pool),
-            TranslationOptions(
-                default_model=MODEL,
-                default_max_tokens=settings.default_max_tokens,
-                anthropic_version=settings.anthropic_version,
-            ),
             tmp_path / "work",
             max_batch_requests=100,
         )

@@ -73,28 +73,7 @@ def batches_blueprint(
                 f"File {input_file_id} has purpose {source.purpose!r}, not 'batch'.",
                 param="input_file_id",
             )
-        now = int(time.time())
-        batch = {
-            "endpoint": endpoint,
-            "errors": None,
-            "input_file_id": input_file_id,
-            "completion_window": "24h",
-            "status": "validating",
-            "output_file_id": None,
-            "error_file_id": None,
-            "created_at": now,
-            "in_progress_at": None,
-            "expires_at": now + _WINDOW_S,
-            "finalizing_at": None,
-            "completed_at": None,
-            "failed_at": None,
-            "expired_at": None,
-            "cancelling_at": None,
-            "cancelled_at": None,
-            "request_counts": {"total": 0, "completed": 0, "failed": 0},
-            "metadata": metadata,
-            "_gateway": {"tenant": tenant()},
-        }
+        batch = new_batch(input_file_id, endpoint, metadata, tenant(), int(time.time()))
         with reading_the_store():
             record = await batches.create(who, batch)
         wake()
@@ -206,3 +185,35 @@ def _limit(raw: str | None) -> int:
 def _json(body: Any) -> Response:
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     return Response(data, status=200, content_type="application/json")
+
+
+def new_batch(
+    input_file_id: str,
+    endpoint: str,
+    metadata: Mapping[str, Any] | None,
+    tenant: str | None,
+    now: int,
+) -> dict[str, Any]:
+    """A batch object as created: ``validating``, every timestamp but ``created_at`` and
+    ``expires_at`` unset; ``_gateway`` holds the poller's state and the creating tenant."""
+    return {
+        "endpoint": endpoint,
+        "errors": None,
+        "input_file_id": input_file_id,
+        "completion_window": "24h",
+        "status": "validating",
+        "output_file_id": None,
+        "error_file_id": None,
+        "created_at": now,
+        "in_progress_at": None,
+        "expires_at": now + _WINDOW_S,
+        "finalizing_at": None,
+        "completed_at": None,
+        "failed_at": None,
+        "expired_at": None,
+        "cancelling_at": None,
+        "cancelled_at": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "metadata": metadata,
+        "_gateway": {"tenant": tenant},
+    }

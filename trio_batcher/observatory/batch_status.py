@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Final, final
+from typing import Any, Final, final, get_args
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from ..translation.openai_batch._status import OpenAIBatchStatus
 
 __all__ = ["BATCH_STATUSES", "BatchStatusCollector", "BatchStatusGauge"]
 
 log = logging.getLogger("trio_batcher")
 
-BATCH_STATUSES: Final = (
-    "validating",
-    "failed",
-    "in_progress",
-    "finalizing",
-    "completed",
-    "expired",
-    "cancelling",
-    "cancelled",
-)
+BATCH_STATUSES: Final[tuple[str, ...]] = get_args(OpenAIBatchStatus)
 _NAME: Final = "trio_batcher_batches"
 
 

@@ -20,7 +20,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, final
 
 from . import _batch_lines as lines
 from ._sqlite import Database, sortable_id
@@ -37,6 +37,8 @@ from .batches import (
 from .files import FileStore
 
 __all__ = ["SQLiteBatchStore"]
+
+T = TypeVar("T")
 
 FILENAME: Final = "batches.sqlite3"
 _PURGE_ROUND: Final = 100
@@ -188,18 +190,9 @@ class SQLiteBatchStore:
             await self._db.run(lambda db: lines.add_requests(db, batch_id, requests))
 
     async def requests(self, batch_id: str, *, after_line: int = 0) -> AsyncIterator[BatchRequest]:
-        if not self._db.exists():
-            return
-        while True:
-            cursor = after_line
-            page = await self._db.run(
-                lambda db, c=cursor: lines.requests_page(db, batch_id, c)  # type: ignore[misc]
-            )
+        async for page in self._pages(lines.requests_page, batch_id, after_line, lambda r: r.line):
             for row in page:
                 yield row
-            if len(page) < lines.PAGE:
-                return
-            after_line = page[-1].line
 
     async def find_custom_ids(self, batch_id: str, custom_ids: Sequence[str]) -> dict[str, int]:
         if not custom_ids or not self._db.exists():
@@ -223,19 +216,27 @@ class SQLiteBatchStore:
     async def ordered_results(
         self, batch_id: str
     ) -> AsyncIterator[tuple[BatchRequest, int | None, int | None]]:
-        if not self._db.exists():
-            return
-        after_line = 0
-        while True:
-            cursor = after_line
-            page = await self._db.run(
-                lambda db, c=cursor: lines.ordered_results(db, batch_id, c)  # type: ignore[misc]
-            )
+        async for page in self._pages(lines.ordered_results, batch_id, 0, lambda r: r[0].line):
             for row in page:
                 yield row
+
+    async def _pages(
+        self,
+        read: Callable[[sqlite3.Connection, str, int], Sequence[T]],
+        batch_id: str,
+        after_line: int,
+        line_of: Callable[[T], int],
+    ) -> AsyncIterator[Sequence[T]]:
+        """``read``'s pages of the batch's lines after ``after_line``, until a short one."""
+        if not self._db.exists():
+            return
+        while True:
+            cursor = after_line
+            page = await self._db.run(lambda db, c=cursor: read(db, batch_id, c))  # type: ignore[misc]
+            yield page
             if len(page) < lines.PAGE:
                 return
-            after_line = page[-1][0].line
+            after_line = line_of(page[-1])
 
     async def purge_finished(self, now: float, retention_s: float) -> int:
         if not self._db.exists():
