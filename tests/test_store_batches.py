@@ -176,3 +176,29 @@ async def test_purge_removes_finished_batches_and_their_files_after_the_retentio
     remaining = {r.id for r in (await files.list("alice")).data}
     assert remaining == {ids["shared"]}
     assert {r.id for r in (await store.list("alice")).data} == {still_reading.id, recent.id}
+
+
+async def test_status_counts_count_every_owners_batches_by_status_as_they_move(
+    tmp_path: Path,
+) -> None:
+    # The observatory's batches-by-status gauge: every owner together, statuses without a
+    # batch left out, an update moving a batch from one count to the other, and a purge
+    # taking finished ones out.
+    _, store = stores(tmp_path)
+    assert await store.status_counts() == {}  # no database file yet: nothing created
+    running = await store.create("alice", batch("in_progress"))
+    await store.create("bob", batch("in_progress"))
+    await store.create("bob", batch("validating"))
+    await store.create("alice", batch("failed", failed_at=NOW))
+    assert await store.status_counts() == {"in_progress": 2, "validating": 1, "failed": 1}
+
+    await store.update(running.evolve(status="completed", completed_at=NOW))
+    assert await store.status_counts() == {
+        "in_progress": 1,
+        "validating": 1,
+        "failed": 1,
+        "completed": 1,
+    }
+    assert await store.purge_finished(NOW + DAY, retention_s=DAY) == 2
+    assert await store.status_counts() == {"in_progress": 1, "validating": 1}
+    await store.aclose()
