@@ -10,9 +10,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from trio_batcher.observatory.metrics import OTHER_TENANTS, MetricsRegistry, Timing
+from trio_batcher.observatory.metrics import OTHER_TENANTS, Gauges, MetricsRegistry, Timing
 from trio_batcher.observatory.pricing import PriceTable, TokenUsage, load_pricing
+from trio_batcher.observatory.prometheus import PrometheusExporter
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-3-5-haiku-latest"
@@ -278,3 +280,63 @@ def test_a_tenants_latency_window_is_bounded_and_its_histograms_are_all_time(
     assert histograms["total"].count == 10
     assert histograms["queue"].count == 10
     assert histograms["ttft"].count == 0
+
+
+def test_a_batchs_usage_is_its_tenants_at_the_batch_price_without_latency_samples(
+    registry: MetricsRegistry, pricing: PriceTable
+) -> None:
+    # What Runtime.record_batch_usage reports once a batch is delivered: the creating
+    # tenant's entry gets the requests, tokens and the discounted cost, the same Decimal the
+    # model and the surface get, and no timing sample (hours of queueing are not latency).
+    half = Decimal("0.5")
+    registry.record_offline(
+        SONNET, usage(4000, 600), requests=3, surface="openai.batch", price_factor=half
+    )
+    registry.record_offline(
+        SONNET,
+        usage(1000, 200),
+        requests=2,
+        surface="openai.batch",
+        price_factor=half,
+        tenant="team-a",
+    )
+    snap = registry.snapshot()
+    stats = registry.statistics()
+    a = snap["by_tenant"]["team-a"]
+    assert a["requests"] == {
+        "total": 2,
+        "success": 2,
+        "error": 0,
+        "stream": 0,
+        "by_status": {"200": 2},
+    }
+    assert a["tokens"] == {"input": 1000, "output": 200, "cache_read": 0, "cache_write": 0}
+    standard = pricing.cost(SONNET, TokenUsage(input=1000, output=200))
+    assert standard is not None
+    assert stats.by_tenant["team-a"].finished.cost_usd == standard * half
+    assert a["estimate_complete"] is True
+    assert all(part["sample_count"] == 0 for part in a["timing"].values())
+    # The batch without a tenant (stored before batches kept one) is (other)'s.
+    assert snap["by_tenant"][OTHER_TENANTS]["requests"]["by_status"] == {"200": 3}
+    # by_tenant still adds up to the totals, cost exactly.
+    assert sum(t["requests"]["total"] for t in snap["by_tenant"].values()) == 5
+    assert sum((t.finished.cost_usd for t in stats.by_tenant.values()), Decimal(0)) == (
+        stats.cost_usd
+    )
+
+    body, _ = PrometheusExporter(registry, lambda: Gauges(0, 0, 0, None)).render()
+    series = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+    }
+    assert (
+        series["trio_batcher_tenant_requests_total", (("status", "200"), ("tenant", "team-a"))] == 2
+    )
+    assert (
+        series["trio_batcher_tenant_tokens_total", (("kind", "output"), ("tenant", "team-a"))]
+        == 200
+    )
+    assert series["trio_batcher_tenant_cost_usd_total", (("tenant", "team-a"),)] == pytest.approx(
+        float(standard * half), rel=1e-12
+    )
