@@ -11,7 +11,14 @@ from support import openai_client, proxy_settings, running_proxy, running_simula
 from test_batches_large import create, line, until_final
 from test_tenants_live import KEYS, _auth, _chat, _tenants_file
 
+from trio_batcher.observatory.pricing import TokenUsage, load_pricing
+from trio_batcher.offline import BATCH_PRICE_FACTOR
+from trio_batcher.runtime import Runtime
+from trio_batcher.settings import Settings
 from trio_batcher.simulator import SimulatorConfig
+from trio_batcher.tenants import ANONYMOUS, MemorySpendStore, SpendLedger, TenantsWatcher
+
+SONNET = "claude-sonnet-4-5-20250929"
 
 
 async def test_a_batch_counts_against_its_tenants_budget_and_shows_in_its_metrics(
@@ -49,3 +56,35 @@ async def test_a_batch_counts_against_its_tenants_budget_and_shows_in_its_metric
     ).get("output")
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
     assert other.status_code == 200
+
+
+async def test_the_ledger_is_charged_the_batch_cost_and_a_keyless_anonymous_only_with_a_budget(
+    tmp_path: Path,
+) -> None:
+    # Runtime.record_batch_usage charges what the guard would for the same usage in
+    # realtime, times the batch discount, to the same ledger; like the guard it writes no
+    # spend for the anonymous caller of a gateway without keys unless it has a budget.
+    used = {"input_tokens": 1000, "output_tokens": 200, "cache_read_input_tokens": 500}
+    standard = load_pricing(None).cost(SONNET, TokenUsage.from_anthropic(used))
+    assert standard is not None
+
+    async def charged(watcher: TenantsWatcher, tenant: str | None) -> dict[str, float]:
+        rt = Runtime(Settings(), watcher)
+        try:
+            rt.ledger = SpendLedger(MemorySpendStore())
+            rt.record_batch_usage(tenant, SONNET, used, 3)
+            return {name: t.pending_usd for name, t in rt.ledger.statistics().tenants.items()}
+        finally:
+            await rt.http.aclose()
+
+    keyed = TenantsWatcher(_tenants_file(tmp_path))
+    assert await charged(keyed, "team-a") == {
+        "team-a": pytest.approx(float(standard * BATCH_PRICE_FACTOR), abs=1e-9)
+    }
+    assert await charged(keyed, None) == {}  # a batch stored before tenants were kept
+    assert await charged(TenantsWatcher(None), ANONYMOUS) == {}
+    budgeted = tmp_path / "anonymous.toml"
+    budgeted.write_text('[[tenant]]\nname = "anonymous"\nbudget_usd = 5.0\n')
+    assert await charged(TenantsWatcher(budgeted), ANONYMOUS) == {
+        ANONYMOUS: pytest.approx(float(standard * BATCH_PRICE_FACTOR), abs=1e-9)
+    }

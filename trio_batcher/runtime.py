@@ -30,7 +30,7 @@ from .pipeline.core import Pipeline
 from .pipeline.tenancy import TenantGuard
 from .settings import Settings
 from .store import resolve_data_dir
-from .tenants import SpendStore, SQLiteSpendStore, TenantRateLimits, TenantsWatcher
+from .tenants import ANONYMOUS, SpendStore, SQLiteSpendStore, TenantRateLimits, TenantsWatcher
 from .tenants.ledger import SpendLedger
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
@@ -156,10 +156,20 @@ class Runtime:
                 price_factor=BATCH_PRICE_FACTOR,
                 tenant=tenant,
             )
-        if self.ledger is not None and tenant is not None:
+        if self.ledger is not None and tenant is not None and self._keeps_spend(tenant):
             cost = self.pricing.cost(model, TokenUsage.from_anthropic(usage))
             if cost:
                 self.ledger.charge(tenant, float(cost * BATCH_PRICE_FACTOR))
+
+    def _keeps_spend(self, tenant: str) -> bool:
+        """Whether ``tenant``'s spend goes to the ledger, as ``TenantGuard.admit`` decides
+        for a realtime request: every named tenant's is kept (a budget added later counts
+        the period so far), but the anonymous caller of a gateway without keys writes
+        nothing to disk unless the tenants file gives it a budget."""
+        if tenant != ANONYMOUS:
+            return True
+        anonymous = self.tenants.directory.get(ANONYMOUS)
+        return anonymous is not None and anonymous.budget is not None
 
     async def run_ledger(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
