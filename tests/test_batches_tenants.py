@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx2
+import openai
 import pytest
 from support import openai_client, proxy_settings, running_proxy, running_simulator
 from test_batches_large import create, line, until_final
@@ -43,6 +44,18 @@ async def test_a_batch_counts_against_its_tenants_budget_and_shows_in_its_metric
             other = await http.post(
                 f"{url}/v1/chat/completions", json=_chat("hi"), headers=_auth("team-a")
             )
+            # A new batch is refused too, before it is stored or sent.
+            again = await client.files.create(file=("b.jsonl", line("x", 0)), purpose="batch")
+            with pytest.raises(openai.RateLimitError) as no_batch:
+                await client.batches.create(
+                    input_file_id=again.id,
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                )
+            listed = await client.batches.list()
+    assert no_batch.value.code == "insufficient_quota"
+    assert no_batch.value.response.headers["x-should-retry"] == "false"
+    assert [b.id for b in listed.data] == [batch.id]
     capped = snapshot["by_tenant"]["capped"]
     surface = snapshot["by_surface"]["openai.batch"]
     assert capped["requests"]["by_status"] == surface["requests"]["by_status"] == {"200": 10}

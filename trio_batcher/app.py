@@ -319,7 +319,14 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         found = tenants.directory.lookup(_client_key())
         return found.name if found is not None else None
 
-    app.register_blueprint(batches_blueprint(batches, files, keyed, wake_poller, tenant_name))
+    def batch_allowed() -> None:
+        found = tenants.directory.lookup(_client_key())
+        if found is not None and app.runtime is not None:
+            app.runtime.guard.check_budget(found)
+
+    app.register_blueprint(
+        batches_blueprint(batches, files, keyed, wake_poller, tenant_name, batch_allowed)
+    )
 
     @app.post(RESPONSES_PATH)
     @app.post(MESSAGES_PATH)

@@ -49,9 +49,12 @@ def batches_blueprint(
     keyed: Callable[[], bool],
     wake: Callable[[], None],
     tenant: Callable[[], str | None] = lambda: None,
+    check: Callable[[], None] = lambda: None,
 ) -> Blueprint:
     """The Batch routes; ``wake()`` tells the poller something changed; ``tenant()`` names
-    the requesting client's tenant, kept with the batch so its spend is charged there."""
+    the requesting client's tenant, kept with the batch so its spend is charged there;
+    ``check()`` raises ``ProxyError`` when that tenant may not start a batch now (its
+    budget is spent)."""
     routes = Blueprint("openai_batches", __name__)
 
     def owner() -> str:
@@ -73,6 +76,7 @@ def batches_blueprint(
                 f"File {input_file_id} has purpose {source.purpose!r}, not 'batch'.",
                 param="input_file_id",
             )
+        check()
         batch = new_batch(input_file_id, endpoint, metadata, tenant(), int(time.time()))
         with reading_the_store():
             record = await batches.create(who, batch)

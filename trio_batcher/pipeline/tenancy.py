@@ -129,6 +129,22 @@ class TenantGuard:
         # One share object per tenant version: the gate compares it by identity first.
         self._shares: dict[str, tuple[Tenant, TenantShare]] = {}
 
+    def check_budget(self, tenant: Tenant) -> None:
+        """Raise 429 ``insufficient_quota`` if ``tenant`` has spent its budget: before a
+        request, and before a batch is accepted (its spend comes later, on delivery)."""
+        budgets = self.budgets
+        if budgets is not None and tenant.budget is not None:
+            over = budgets.over_budget(tenant)
+            if over is not None:
+                self._refused(tenant.name, INSUFFICIENT_QUOTA)
+                raise ProxyError(
+                    429,
+                    over.message,
+                    type=INSUFFICIENT_QUOTA,
+                    code=INSUFFICIENT_QUOTA,
+                    headers={"Retry-After": over.retry_after_header, "x-should-retry": "false"},
+                )
+
     def admit(self, tenant: Tenant, request: UpstreamRequest) -> TenantGrant:
         """Check ``tenant`` may send ``request`` now, and charge its buckets.
 
@@ -145,18 +161,8 @@ class TenantGuard:
                 param="model",
                 code=MODEL_NOT_ALLOWED,
             )
+        self.check_budget(tenant)
         budgets = self.budgets
-        if budgets is not None and tenant.budget is not None:
-            over = budgets.over_budget(tenant)
-            if over is not None:
-                self._refused(tenant.name, INSUFFICIENT_QUOTA)
-                raise ProxyError(
-                    429,
-                    over.message,
-                    type=INSUFFICIENT_QUOTA,
-                    code=INSUFFICIENT_QUOTA,
-                    headers={"Retry-After": over.retry_after_header, "x-should-retry": "false"},
-                )
         charge: Charge | None = None
         if tenant.rate_limited:
             taken = self._limits.try_charge(tenant, _estimate(request))
