@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +111,7 @@ async def test_a_file_split_into_several_message_batches_comes_back_whole_and_in
     """Cut by count (300 a batch) and by bytes (a body under 40 KB): every part's body is
     streamed from the spool, and the results of all parts return in input order."""
     count = 1000
-    async with running_simulator(SimulatorConfig(batch_processing_s=0.0)) as sim:
-        settings = Settings(anthropic_base_url=sim.url, anthropic_api_key=SIM_KEY)
-        files = SQLiteFileStore(tmp_path)
-        batches = SQLiteBatchStore(tmp_path, files)
-        pool = UpstreamPool(sim.url, connect_timeout=5.0)
+    async with _offline(tmp_path) as (_sim, settings, files, batches, pool):
         for max_requests, max_bytes in ((300, 10**9), (10**6, 40_000)):
             poller = _poller(
                 batches,
@@ -127,13 +124,8 @@ async def test_a_file_split_into_several_message_batches_comes_back_whole_and_in
             async with files.write_file("alice", "in.jsonl", BATCH_INPUT) as sink:
                 await sink.write(b"".join(line(f"id {n}", n) for n in range(count)))
             record = await batches.create("alice", _batch(sink.record.id))
-            with trio.fail_after(60):
-                while (
-                    stored := await batches.get("alice", record.id)
-                ) and stored.status not in FINAL:
-                    await poller.poll_once()
-                    await trio.sleep(0.05)
-            assert stored is not None and stored.status == "completed"
+            stored = await _drive(poller, batches, record.id)
+            assert stored.status == "completed"
             sizes = [part.requests for part in stored.upstream]
             assert sum(sizes) == count and len(sizes) >= 4
             assert all(size <= max_requests for size in sizes)
@@ -143,9 +135,6 @@ async def test_a_file_split_into_several_message_batches_comes_back_whole_and_in
             got = [json.loads(raw)["custom_id"] for raw in output.splitlines()]
             assert got == [f"id {n}" for n in range(count)]
             assert not list((tmp_path / "work").glob("batch_*"))  # no spool left behind
-        await pool.aclose()
-        await batches.aclose()
-        await files.aclose()
 
 
 async def test_two_proxies_on_one_data_directory_send_each_batch_once(tmp_path: Path) -> None:
@@ -188,6 +177,37 @@ async def test_a_message_batch_the_upstream_no_longer_knows_fails_the_batch(tmp_
     assert done.failed_at is not None
 
 
+@asynccontextmanager
+async def _offline(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Any, Settings, SQLiteFileStore, SQLiteBatchStore, UpstreamPool]]:
+    """A simulator processing Message Batches at once, and the stores and pool a poller
+    driven by hand needs; all closed however the test ends."""
+    async with running_simulator(SimulatorConfig(batch_processing_s=0.0)) as sim:
+        settings = Settings(anthropic_base_url=sim.url, anthropic_api_key=SIM_KEY)
+        files = SQLiteFileStore(tmp_path)
+        batches = SQLiteBatchStore(tmp_path, files)
+        pool = UpstreamPool(sim.url, connect_timeout=5.0)
+        try:
+            yield sim, settings, files, batches, pool
+        finally:
+            with trio.CancelScope(shield=True):
+                await pool.aclose()
+                await batches.aclose()
+                await files.aclose()
+
+
+async def _drive(poller: BatchPoller, batches: SQLiteBatchStore, batch_id: str) -> Any:
+    """Poll by hand until the batch is final; its record."""
+    with trio.fail_after(60):
+        while (stored := await batches.get("alice", batch_id)) is None or (
+            stored.status not in FINAL
+        ):
+            await poller.poll_once()
+            await trio.sleep(0.05)
+    return stored
+
+
 def _batch(input_file_id: str) -> dict[str, Any]:
     return new_batch(input_file_id, "/v1/chat/completions", None, None, int(time.time()))
 
@@ -217,11 +237,7 @@ async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
     tmp_path: Path,
 ) -> None:
     count = 1000
-    async with running_simulator(SimulatorConfig(batch_processing_s=0.0)) as sim:
-        settings = Settings(anthropic_base_url=sim.url, anthropic_api_key=SIM_KEY)
-        files = SQLiteFileStore(tmp_path)
-        batches = SQLiteBatchStore(tmp_path, files)
-        pool = UpstreamPool(sim.url, connect_timeout=5.0)
+    async with _offline(tmp_path) as (sim, settings, files, batches, pool):
 
         class CancelledAfterTwo(MessageBatchesClient):  # the client cancels meanwhile
             created = 0
@@ -246,11 +262,8 @@ async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
         async with files.write_file("alice", "in.jsonl", BATCH_INPUT) as sink:
             await sink.write(b"".join(line(f"id-{n}", n) for n in range(count)))
         record = await batches.create("alice", _batch(sink.record.id))
-        with trio.fail_after(60):
-            while (stored := await batches.get("alice", record.id)) and stored.status not in FINAL:
-                await poller.poll_once()
-                await trio.sleep(0.05)
-        assert stored is not None and stored.status == "cancelled"
+        stored = await _drive(poller, batches, record.id)
+        assert stored.status == "cancelled"
         assert [p.requests for p in stored.upstream] == [100, 100]
         creates = [r for r in await sim.received() if r["path"].endswith("/messages/batches")]
         assert len(creates) == 2
@@ -271,9 +284,6 @@ async def test_a_cancel_while_the_parts_are_being_created_sends_no_more_of_them(
         assert {e["error"]["code"] for e in unsent} == {"batch_cancelled"}
         order = [int(x["custom_id"].split("-")[1]) for x in (*output, *errors)]
         assert sorted(order) == list(range(count))
-        await pool.aclose()
-        await batches.aclose()
-        await files.aclose()
 
 
 async def test_spool_files_a_crashed_poller_left_are_removed_when_a_poller_starts(
