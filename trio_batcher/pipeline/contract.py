@@ -25,13 +25,19 @@ class StreamCodec(Protocol):
     """One stream's encoder: upstream events in, bytes for the client out.
 
     ``feed`` gets every event in order but ``error`` events (``upstream_error`` gets
-    those); ``finish`` and then ``terminator`` close a stream that ended whole; ``error``
+    those), the deltas read together merged into one when ``coalesces``; ``finish`` and then ``terminator`` close a stream that ended whole; ``error``
     renders a failure of the gateway's own (deadline, truncation, shutdown) after the
     response has started.
     """
 
     @property
     def terminator(self) -> bytes: ...
+
+    @property
+    def coalesces(self) -> bool:
+        """True if ``feed`` may be given deltas merged by ``coalesce_deltas`` (they have no
+        ``raw`` text); a codec that relays each event's own text says False."""
+        ...
 
     def feed(self, name: str, data: Mapping[str, Any], raw: str) -> list[bytes]: ...
 

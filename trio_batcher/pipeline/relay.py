@@ -25,6 +25,7 @@ from ..settings import Settings
 from ..upstream.errors import client_status, status_for_error_type
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import StreamEvent
+from .coalesce import coalesce_deltas
 from .contract import CLIENT_CLOSED, ReplyCodec
 from .tally import StreamTally, event_kind
 from .tenancy import TenantGrant
@@ -39,6 +40,9 @@ HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
 # Read before answering a stream: up to the first delta, an upstream failure can still be a
 # proper HTTP status (and is retried), because the client has seen nothing yet.
 _PRELUDE_EVENTS: Final = frozenset({HEADERS_EVENT, "message_start", "ping", "content_block_start"})
+_DELTA: Final = "content_block_delta"
+# A bound on one write's work; the pump's channel holds 16 events, so it rarely binds.
+_MAX_EVENTS_PER_WRITE: Final = 64
 
 
 def deadline_error(settings: Settings) -> ProxyError:
@@ -114,23 +118,42 @@ class StreamRelay:
                 await self._ticket.wait()  # re-raises the job's ProxyError, if it failed
             return None
 
-    def _feed(self, event: StreamEvent) -> list[bytes]:
-        name, data, raw = event
-        if name == HEADERS_EVENT:
-            self._upstream_headers = data["headers"]
-            self._upstream_started = data["started_at"]
-            self._upstream_first_byte = data["first_byte_at"]
-            return []
-        kind = event_kind(name, data)
-        if kind == "error":
-            raise _UpstreamFailed(
-                self._encoder.upstream_error(data, raw), _stream_error_status(data)
-            )
-        self._tally.observe(kind, data)
-        chunks = self._encoder.feed(name, data, raw)
-        if kind == "content_block_delta" and chunks and self._first_token_at is None:
-            self._first_token_at = trio.current_time()
-        return chunks
+    def _feed(self, events: list[StreamEvent]) -> list[bytes]:
+        """The bytes for ``events`` (read in one go), in order; the tally sees each one.
+
+        A translating codec gets each run of deltas of one block merged into one event
+        (``coalesce_deltas``): what was read together is written as one chunk, not one per
+        token. An ``error`` event raises ``_UpstreamFailed`` carrying the bytes of the events
+        before it, then its own.
+        """
+        todo: list[StreamEvent] = []
+        for event in events:
+            name, data, raw = event
+            if name == HEADERS_EVENT:
+                self._upstream_headers = data["headers"]
+                self._upstream_started = data["started_at"]
+                self._upstream_first_byte = data["first_byte_at"]
+                continue
+            kind = event_kind(name, data)
+            if kind == "error":
+                before = self._encode(todo)
+                failed = self._encoder.upstream_error(data, raw)
+                raise _UpstreamFailed(b"".join([*before, failed]), _stream_error_status(data))
+            self._tally.observe(kind, data)
+            todo.append(event)
+        return self._encode(todo)
+
+    def _encode(self, events: list[StreamEvent]) -> list[bytes]:
+        encoder = self._encoder
+        if len(events) > 1 and encoder.coalesces:
+            events = coalesce_deltas(events)
+        out: list[bytes] = []
+        for name, data, raw in events:
+            chunks = encoder.feed(name, data, raw)
+            if chunks and self._first_token_at is None and event_kind(name, data) == _DELTA:
+                self._first_token_at = trio.current_time()
+            out += chunks
+        return out
 
     async def read_prelude(self) -> dict[str, str]:
         """Collect what the pump forwarded up to the first delta, or raise its failure.
@@ -140,7 +163,7 @@ class StreamRelay:
         ``ProxyError``), so a failure here still becomes a real HTTP status.
         """
         while (event := await self._next()) is not None:
-            self._prelude += self._feed(event)
+            self._prelude += self._feed([event])
             if event[0] not in _PRELUDE_EVENTS:
                 break
         headers = self._codec.headers(self._upstream_headers)
@@ -164,22 +187,17 @@ class StreamRelay:
                 yield b"".join(self._prelude)
                 self._prelude = []
             while (event := await self._next()) is not None:
-                out = self._feed(event)
-                # Events already buffered go out in the same write: when the upstream is
-                # ahead of the client this is one send per scheduling turn, not one per
-                # token; when it is not, nothing is buffered and nothing waits.
-                while True:
+                # Events already buffered go out in the same write, their deltas merged:
+                # when the upstream is ahead of the client this is one send per scheduling
+                # turn, not one per token; when it is not, nothing is buffered and nothing
+                # waits.
+                events = [event]
+                while len(events) < _MAX_EVENTS_PER_WRITE:
                     try:
-                        more = self._recv.receive_nowait()
+                        events.append(self._recv.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                    try:
-                        out += self._feed(more)
-                    except _UpstreamFailed:
-                        if out:
-                            yield b"".join(out)
-                        raise
-                if out:
+                if out := self._feed(events):
                     yield b"".join(out)
             if not self._tally.complete:
                 # Neither a stop reason nor message_stop: the upstream closed the stream

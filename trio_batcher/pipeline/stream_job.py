@@ -73,7 +73,7 @@ async def pump_stream(
                 for item in start.prelude:
                     await send.send(item)
                 async for item in start.rest:
-                    await send.send(item)
+                    await _forward(send, item)
                     if event_kind(item[0], item[1]) == "message_stop":
                         complete = True
                         break
@@ -90,6 +90,20 @@ async def pump_stream(
                 await start.aclose()
         if scope.cancelled_caught and not complete:
             raise deadline_error(settings)
+
+
+async def _forward(send: trio.MemorySendChannel[StreamEvent], item: StreamEvent) -> None:
+    """Hand ``item`` to the relay without yielding while the channel has room.
+
+    The events of one network read then reach the relay together, when the pump next
+    waits on the socket, so the relay can write them as one (``StreamRelay.body``). No
+    event waits for more: the relay is woken by the first and runs as soon as the pump has
+    parsed the rest of what was already read. A full channel is waited on as before.
+    """
+    try:
+        send.send_nowait(item)
+    except trio.WouldBlock:
+        await send.send(item)
 
 
 def _stream_headers_of(start: StreamStart[UpstreamStream]) -> Mapping[str, str]:

@@ -49,6 +49,7 @@ class AnthropicMessagesStream:
     """Upstream events out as they came in; no terminator beyond ``message_stop``."""
 
     terminator: Final = b""
+    coalesces: Final = False  # every event is relayed as it came
 
     def feed(self, name: str, data: Mapping[str, Any], raw: str) -> list[bytes]:
         # An unnamed event is named by its type, as Anthropic's own streams always are.

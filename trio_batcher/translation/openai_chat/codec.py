@@ -59,6 +59,7 @@ class OpenAIChatStream:
     """Upstream events in, ``chat.completion.chunk`` SSE lines out, ``[DONE]`` last."""
 
     terminator: Final = DONE
+    coalesces: Final = True  # a run of text deltas is one chunk
 
     def __init__(self, translator: StreamTranslator) -> None:
         self._translator = translator

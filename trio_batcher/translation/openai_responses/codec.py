@@ -88,6 +88,7 @@ class ResponsesStream:
     """Upstream events in, Responses SSE events out; no terminator after the last."""
 
     terminator: Final = b""
+    coalesces: Final = True  # a run of text deltas is one output_text.delta
 
     def __init__(self, translator: ResponsesStreamTranslator) -> None:
         self._translator = translator
