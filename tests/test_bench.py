@@ -352,7 +352,10 @@ def test_sigterm_stops_the_bench_and_every_server_it_started(tmp_path: Path) -> 
             assert bench.poll() is None and time.monotonic() < deadline, err.read_text()
             time.sleep(0.05)
         servers = _children(bench.pid)
-        assert len(servers) == 3  # simulator, proxy, floor server
+        # Simulator, proxy, floor server, and the supervisor of the two-worker proxy,
+        # whose workers are the bench's grandchildren.
+        assert len(servers) == 4
+        servers += [pid for server in servers for pid in _children(server)]
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(timeout=30) == 128 + signal.SIGTERM
     finally:

@@ -510,8 +510,9 @@ def test_the_mix_is_reproducible_covers_every_door_and_keeps_bursts_clean() -> N
 
 
 def test_the_soak_is_a_scenario_of_its_own_not_part_of_all() -> None:
-    # Neither is batch-memory: a memory measurement of its own, not a latency comparison.
-    alone = {"soak", "batch-memory"}
+    # Neither is batch-memory (a memory measurement of its own, not a latency comparison),
+    # peers (minutes, and LiteLLM is installed apart) nor streams-at-scale (1,000 streams).
+    alone = {"soak", "batch-memory", "peers", "streams-at-scale"}
     assert alone <= set(SCENARIOS) and not any(SCENARIOS[name].in_all for name in alone)
     assert all(s.in_all for name, s in SCENARIOS.items() if name not in alone)
 

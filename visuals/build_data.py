@@ -9,6 +9,7 @@ proxy serves the pages) and ``data/<name>.js``, a classic script that sets a glo
     python visuals/build_data.py bench-results/latest.json # copy that report in first
     python visuals/build_data.py --soak bench-results/soak.json  # only its soak, for results.html
     python visuals/build_data.py --tenants bench-results/tenants.json  # only its tenants scenario
+    python visuals/build_data.py --peers bench-results/peers.json  # only its peers scenario
 
 Writes:
 
@@ -25,7 +26,10 @@ Writes:
 - ``tenants.json`` / ``.js`` (``BENCH_TENANTS``): the ``tenants`` scenario whole, which
   results.html likewise shows when its report has none (a report from before the scenario
   existed, or of other scenarios) -- only when the report ran it; ``--tenants REPORT``
-  writes only this pair.
+  writes only this pair;
+- ``peers.json`` / ``.js`` (``BENCH_PEERS``): the ``peers`` scenario whole (trio-batcher
+  beside LiteLLM under the same loads), shown the same way; ``--peers REPORT`` writes only
+  this pair.
 
 Nothing is derived or smoothed here: the files hold the report's own numbers, cut down to
 what each page shows, plus where they came from (``source``).
@@ -43,7 +47,7 @@ HERE: Final = Path(__file__).resolve().parent
 DATA: Final = HERE / "data"
 SCHEMA: Final = "trio-batcher-bench/1"
 
-__all__ = ["build", "build_soak", "build_tenants", "js_module", "write_pair"]
+__all__ = ["build", "build_peers", "build_soak", "build_tenants", "js_module", "write_pair"]
 
 
 def js_module(global_name: str, document: Any) -> str:
@@ -154,18 +158,31 @@ def build_soak(report_path: Path, data_dir: Path = DATA) -> list[str]:
     return ["soak"]
 
 
+def _build_only(name: str, global_name: str, report_path: Path, data_dir: Path) -> list[str]:
+    report = _read(report_path)
+    scenario = report.get("scenarios", {}).get(name)
+    if not scenario:
+        raise ValueError(f"{report_path}: the report has no {name} scenario")
+    write_pair(name, global_name, _one_scenario(report, scenario), data_dir)
+    return [name]
+
+
 def build_tenants(report_path: Path, data_dir: Path = DATA) -> list[str]:
     """Write only ``tenants.json`` / ``.js`` from the report at ``report_path``.
 
     Raises:
       ValueError: not a bench report, or one without a tenants scenario.
     """
-    report = _read(report_path)
-    tenants = report.get("scenarios", {}).get("tenants")
-    if not tenants:
-        raise ValueError(f"{report_path}: the report has no tenants scenario")
-    write_pair("tenants", "BENCH_TENANTS", _one_scenario(report, tenants), data_dir)
-    return ["tenants"]
+    return _build_only("tenants", "BENCH_TENANTS", report_path, data_dir)
+
+
+def build_peers(report_path: Path, data_dir: Path = DATA) -> list[str]:
+    """Write only ``peers.json`` / ``.js`` from the report at ``report_path``.
+
+    Raises:
+      ValueError: not a bench report, or one without a peers scenario.
+    """
+    return _build_only("peers", "BENCH_PEERS", report_path, data_dir)
 
 
 def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
@@ -194,6 +211,10 @@ def build(report_path: Path, data_dir: Path = DATA) -> list[str]:
     if tenants and tenants.get("phases") and not tenants.get("error"):
         write_pair("tenants", "BENCH_TENANTS", _one_scenario(report, tenants), data_dir)
         written.append("tenants")
+    peers = scenarios.get("peers")
+    if peers and peers.get("summary", {}).get("table") and not peers.get("error"):
+        write_pair("peers", "BENCH_PEERS", _one_scenario(report, peers), data_dir)
+        written.append("peers")
     return written
 
 
@@ -220,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REPORT",
         help="write only data/tenants.json/.js from this report's tenants scenario",
     )
+    parser.add_argument(
+        "--peers",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="write only data/peers.json/.js from this report's peers scenario",
+    )
     parser.add_argument("--data-dir", type=Path, default=DATA, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -227,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             written = build_soak(args.soak, args.data_dir)
         elif args.tenants is not None:
             written = build_tenants(args.tenants, args.data_dir)
+        elif args.peers is not None:
+            written = build_peers(args.peers, args.data_dir)
         else:
             written = build(args.report, args.data_dir)
     except (OSError, ValueError) as exc:

@@ -138,6 +138,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "go to DIR and a summary into the report (needs: pip install py-spy)",
     )
     parser.add_argument(
+        "--litellm",
+        default=None,
+        metavar="PATH",
+        help="a LiteLLM proxy executable (installed on its own, e.g. in a scratch venv) for "
+        "the peers scenario to run the same loads through; without it, peers compares the "
+        "proxy with direct and the floor only",
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="plain progress lines even on a terminal"
     )
     parser.add_argument(
@@ -180,6 +188,8 @@ def _command(args: argparse.Namespace) -> str:
     ):
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if args.litellm:
+        parts += ["--litellm", args.litellm]
     if args.out != DEFAULT_OUT:
         parts += ["--out", args.out]
     return shlex.join(parts)
@@ -303,6 +313,7 @@ def run_bench(args: argparse.Namespace) -> int:
         minutes=args.minutes,
         log_dir=Path(args.logs) if args.logs else out.parent / "logs",
         profile_dir=Path(args.profile) if args.profile else None,
+        litellm=Path(args.litellm) if args.litellm else None,
     )
     machine = _machine()
     created = datetime.now(UTC).isoformat(timespec="seconds")

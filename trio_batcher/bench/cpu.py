@@ -14,10 +14,11 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-__all__ = ["CpuMeter", "CpuUsage", "process_cpu_seconds"]
+__all__ = ["CpuMeter", "CpuUsage", "process_cpu_seconds", "tree_cpu_seconds"]
 
 _TICK: Final = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
@@ -40,6 +41,39 @@ def process_cpu_seconds(pid: int) -> float | None:
     except psutil.Error:
         return None
     return float(times.user + times.system)
+
+
+def _children(pid: int) -> list[int]:
+    """``pid``'s child processes, from each of its threads' ``children`` list."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found += [int(child) for child in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of ``pid`` and every live descendant: a supervisor and its workers.
+
+    A descendant that exited during the phase takes its time with it, so this is for
+    processes that live through the phase (``serve --workers``), not short-lived ones.
+    """
+    total = process_cpu_seconds(pid)
+    if total is None:
+        return None
+    pending = _children(pid)
+    while pending:
+        child = pending.pop()
+        total += process_cpu_seconds(child) or 0.0
+        pending += _children(child)
+    return total
 
 
 def machine_cpu_seconds() -> tuple[float, float] | None:
@@ -73,22 +107,27 @@ class CpuUsage:
 class CpuMeter:
     """Measure named processes' CPU between ``start()`` and ``stop()``."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], *, trees: Collection[str] = ()) -> None:
+        """``trees``: the names whose descendants count too (``tree_cpu_seconds``)."""
         self._pids = dict(pids)
+        self._trees = frozenset(trees)
         self._start: dict[str, float | None] = {}
         self._machine: tuple[float, float] | None = None
         self._wall = 0.0
 
+    def _seconds(self, name: str, pid: int) -> float | None:
+        return tree_cpu_seconds(pid) if name in self._trees else process_cpu_seconds(pid)
+
     def start(self) -> None:
         self._wall = time.monotonic()
-        self._start = {name: process_cpu_seconds(pid) for name, pid in self._pids.items()}
+        self._start = {name: self._seconds(name, pid) for name, pid in self._pids.items()}
         self._machine = machine_cpu_seconds()
 
     def stop(self) -> CpuUsage:
         wall = max(1e-9, time.monotonic() - self._wall)
         seconds: dict[str, float | None] = {}
         for name, pid in self._pids.items():
-            before, after = self._start.get(name), process_cpu_seconds(pid)
+            before, after = self._start.get(name), self._seconds(name, pid)
             seconds[name] = None if before is None or after is None else after - before
         util = {name: None if s is None else s / wall for name, s in seconds.items()}
         machine = machine_cpu_seconds()

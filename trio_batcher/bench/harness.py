@@ -53,6 +53,7 @@ class Options:
     minutes: float | None = None
     log_dir: Path = Path("bench-results/logs")
     profile_dir: Path | None = None
+    litellm: Path | None = None  # a LiteLLM proxy executable, for the peers scenario
 
     @property
     def phase_s(self) -> float:

@@ -278,11 +278,13 @@ async def running_stack(
     log_dir: Path,
     *,
     floor: bool = False,
+    workers: Mapping[str, int] | None = None,
 ) -> AsyncIterator[Stack]:
     """Start a simulator (``simulate`` plus ``sim_args``) and one proxy per entry of
     ``proxies`` (name -> extra settings), each proxy pointed at the simulator with metrics
     on and its own temporary ``DATA_DIR``, and with ``floor`` the stack's floor server
-    (``bench.floor``) too; yield them; stop them all on exit, whatever happened, then remove
+    (``bench.floor``) too, and each proxy named in ``workers`` as ``serve --workers N`` (its
+    pid is the supervisor's: meter its tree); yield them; stop them all on exit, whatever happened, then remove
     the data directories.
 
     Raises:
@@ -322,7 +324,14 @@ async def running_stack(
             }
             child = await _spawn(
                 f"proxy-{name}",
-                ["serve", "--port", str(port), "--log-level", "warning"],
+                [
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                    *(["--workers", str(workers[name])] if workers and name in workers else []),
+                ],
                 env,
                 log_dir,
                 port,

@@ -1,7 +1,7 @@
 """The scenarios ``trio-batcher bench`` can run: their names, titles, and what each does.
 
 Each scenario is a module of its own (``overhead``, ``streaming``, ``burst``,
-``overload``, ``disconnect``, ``ratelimit``, ``cluster``, ``tenants``, ``batch-memory``,
+``overload``, ``disconnect``, ``peers``, ``ratelimit``, ``cluster``, ``tenants``, ``batch-memory``,
 ``soak``). Each
 starts its own simulator and proxies (``processes.running_stack``), so one scenario's settings and
 counters never leak into another, and runs its phases through ``Bench.measure`` (the
@@ -25,10 +25,12 @@ from .disconnect import run_disconnect
 from .harness import Bench
 from .overhead import run_overhead
 from .overload import run_overload
+from .peers import run_peers
 from .ratelimit import run_ratelimit
 from .results import ScenarioResult
 from .soak import run_soak
 from .streaming import run_stream
+from .streams_at_scale import run_streams_at_scale
 from .tenants import run_tenants
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -52,9 +54,23 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "Proxy overhead: the same closed-loop load direct and through the proxy",
             "N clients send back-to-back non-streaming requests for the same duration, first "
             "straight to the simulator (answering in 50 ms), then through the proxy (batching "
-            "and the gate off). Throughput ratio, added p50 and the proxy's CPU per request; "
-            "then the same pair with 5 clients, a load nothing saturates.",
+            "and the gate off), then through the floor server and through the proxy as "
+            "serve --workers 2. Throughput ratio, added p50 and the proxy's CPU per request, "
+            "for 1 and 2 workers; then the same pair with 5 clients, a load nothing saturates.",
             run_overhead,
+        ),
+        Scenario(
+            "peers",
+            "Peers: the same loads direct, through trio-batcher and through LiteLLM",
+            "One run, one simulator: 1 and 50 closed-loop clients of non-streamed requests "
+            "(answered in 50 ms), then 20 and 100 clients streaming 48 deltas at 100 "
+            "tokens/s, each load straight to the simulator, through trio-batcher (one "
+            "process, then serve --workers 2), through the stack's floor server (non-stream "
+            "only) and, given --litellm PATH, through LiteLLM configured alike. Side by "
+            "side: throughput as a share of direct, p50 added, each gateway's CPU per "
+            "request and its ratio to trio-batcher's.",
+            run_peers,
+            in_all=False,
         ),
         Scenario(
             "stream",
@@ -139,6 +155,21 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "requests each tenant completed while saturated should be 3:1 within 10%. "
             "--quick: A 200, B 10, a 3 s weighted phase.",
             run_tenants,
+        ),
+        Scenario(
+            "streams-at-scale",
+            "Many open streams: 1,000 sparse streams at once, direct and through the proxy",
+            "1,000 streams (--quick 200; --concurrency N) open within 2 s and stay open for "
+            "60 s (--quick 15; --duration S), each carrying 2 content events a second, as "
+            "agents' and IDEs' long sparse streams do: straight from the simulator, then "
+            "through a proxy's OpenAI Chat door, then through another proxy's /v1/messages "
+            "(default settings, each its own process). Errors (a non-200, a stream cut "
+            "short or without [DONE] / message_stop), the inter-event gap's p50 and p99 and "
+            "what the proxy adds to the p99, the proxy's RSS per open stream (its median "
+            "while all streams are open minus its idle RSS, over the streams) and its CPU "
+            "per upstream event. Not part of all.",
+            run_streams_at_scale,
+            in_all=False,
         ),
         Scenario(
             "batch-memory",
