@@ -1,5 +1,6 @@
-"""The periodic heap tidy (collect cycles, trim the heap): when it runs, and that it can be
-turned off."""
+"""The periodic heap tidy (collect cycles, trim the heap): when it runs -- every interval, or
+with the app's request counts each interval in which a quarter as many requests finished
+as are open, and at least every 16th -- and that it can be turned off."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ def _counting(calls: list[tuple[float, int]]) -> object:
     return lambda: trim
 
 
-async def test_the_heap_is_trimmed_every_interval(
+def _activity(readings: list[tuple[int, int]]) -> object:
+    """``(finished, open)`` as each of ``readings`` in turn, then as the last for ever."""
+    left = list(readings)
+    return lambda: left.pop(0) if len(left) > 1 else left[0]
+
+
+async def test_the_heap_is_tidied_every_interval_without_a_schedule(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[float, int]] = []
@@ -29,6 +36,47 @@ async def test_the_heap_is_trimmed_every_interval(
     with trio.move_on_after(95):
         await serving.tidy_heap_periodically(30.0)
     assert calls == [(30.0, 0), (60.0, 0), (90.0, 0)]
+
+
+async def test_an_interval_is_tidied_when_a_quarter_as_many_requests_finished_as_are_open(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[float, int]] = []
+    monkeypatch.setattr(serving, "_malloc_trim", _counting(calls))
+    # (finished so far, open now) at each tick: 30 s: 100 finished, 40 open (due); 60 s: 10
+    # more finished with 1,000 open (not worth walking them); 90 s: 260 more (due); 120 s:
+    # none finished (nothing to free); 150 s: one finished, none open (due: a small heap).
+    readings = [(100, 40), (110, 1000), (370, 1000), (370, 1000), (371, 0)]
+    activity = _activity(readings)
+    with trio.move_on_after(155):
+        await serving.tidy_heap_periodically(30.0, activity)  # type: ignore[arg-type]
+    assert calls == [(30.0, 0), (90.0, 0), (150.0, 0)]
+
+
+async def test_long_open_streams_are_still_tidied_every_sixteenth_interval(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thousand streams open for minutes and nothing finishing: a full collection would
+    # pause every one of them for nothing, so it runs every 8 minutes, not every 30 s.
+    calls: list[tuple[float, int]] = []
+    monkeypatch.setattr(serving, "_malloc_trim", _counting(calls))
+    with trio.move_on_after(1000):
+        await serving.tidy_heap_periodically(30.0, lambda: (5, 1000))
+    assert calls == [(480.0, 0), (960.0, 0)]
+
+
+def test_the_schedule_as_data() -> None:
+    schedule = serving.TidySchedule()
+    assert [schedule.due(f, o) for f, o in ((0, 0), (24, 100), (25, 100), (25, 0))] == [
+        False,
+        False,
+        True,
+        False,  # nothing finished since the last tidy
+    ]
+    assert schedule.skipped == 1  # the tidy at 25 started the count again
+    schedule = serving.TidySchedule()
+    due = [schedule.due(0, 10) for _ in range(serving.TIDY_MAX_SKIPS + 1)]
+    assert due == [False] * serving.TIDY_MAX_SKIPS + [True]
 
 
 async def test_an_interval_of_zero_turns_it_off(

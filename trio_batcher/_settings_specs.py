@@ -223,8 +223,10 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "heap_trim_interval_s",
         parsers.number(0),
         30.0,
-        "How often the process collects garbage in reference cycles (a full collection) "
-        "and hands free heap pages back to the kernel (glibc's malloc_trim); 0 = never.",
+        "How often the process considers collecting garbage in reference cycles (a full "
+        "collection, run when the requests finished since the last one are a quarter of "
+        "those open, or every 16th interval) and handing free heap pages back to the "
+        "kernel (glibc's malloc_trim); 0 = never.",
     ),
     SettingSpec(
         "DATA_DIR",

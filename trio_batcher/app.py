@@ -183,7 +183,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             await app.nursery.start(rt.shared.run)
         await app.nursery.start(rt.run_ledger)
         await app.nursery.start(rt.dispatcher.run)
-        app.nursery.start_soon(tidy_heap_periodically, settings.heap_trim_interval_s)
+        app.nursery.start_soon(
+            tidy_heap_periodically, settings.heap_trim_interval_s, rt.requests_finished_and_open
+        )
         app.nursery.start_soon(purge_expired_periodically, responses)
 
         # One task for every batch; it resumes the unfinished ones after a restart.

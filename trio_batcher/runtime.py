@@ -211,6 +211,12 @@ class Runtime:
         """The ``cluster`` block of ``GET /metrics``: ``None`` without ``REDIS_URL``."""
         return self.shared.statistics() if self.shared is not None else None
 
+    def requests_finished_and_open(self) -> tuple[int, int]:
+        """Requests through the gate that have finished, and those open now: what the heap
+        tidy's schedule reads (``serving.TidySchedule``)."""
+        gate = self.gate.statistics()
+        return gate.admitted_total - gate.active, gate.active
+
     def gauges(self) -> Gauges:
         gate = self.gate.statistics()
         dispatch = self.dispatcher.statistics()

@@ -72,6 +72,7 @@ async def pump_stream(
                 await send.send((HEADERS_EVENT, opened, ""))
                 for item in start.prelude:
                     await send.send(item)
+                start.prelude = []  # the relay has them: held here they outlive the stream
                 async for item in start.rest:
                     await _forward(send, item)
                     if event_kind(item[0], item[1]) == "message_stop":
