@@ -9,11 +9,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+import trio
 
 from trio_batcher.bench.cpu import process_cpu_seconds, tree_cpu_seconds
 from trio_batcher.bench.litellm_peer import litellm_config, running_litellm
@@ -184,3 +186,41 @@ def test_tree_cpu_counts_the_children_a_supervisor_runs() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# -- the canned upstream the peers scenario measures against ------------------------------------
+
+
+@pytest.mark.filterwarnings(
+    r"ignore:Async generator '(openai|httpx2|httpcore2)\..*':ResourceWarning"
+)
+async def test_the_canned_upstream_is_a_messages_upstream_the_proxy_and_sdks_accept() -> None:
+    from support import OPEN_CLIENTS, openai_client, running_proxy
+
+    from trio_batcher import Settings
+    from trio_batcher.bench.canned_upstream import _Handler
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, _Handler(0.0, 0.0, 5), 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        settings = Settings(
+            anthropic_base_url=f"http://127.0.0.1:{port}", anthropic_api_key="sk-ant-canned-test"
+        )
+        async with running_proxy(settings) as url:
+            client = openai_client(url)
+            messages = [{"role": "user", "content": "hi"}]
+            whole = await client.chat.completions.create(
+                model="claude-sonnet-4-5", messages=messages
+            )
+            assert whole.choices[0].message.content == "Canned reply:" + " token" * 5
+            assert whole.usage is not None and whole.usage.completion_tokens == 5
+            stream = await client.chat.completions.create(
+                model="claude-sonnet-4-5", messages=messages, stream=True
+            )
+            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+            assert text == " token" * 5
+            while OPEN_CLIENTS:
+                await OPEN_CLIENTS.pop().close()
+        nursery.cancel_scope.cancel()

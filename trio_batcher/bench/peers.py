@@ -2,7 +2,9 @@
 
 A user choosing a gateway compares it with the incumbent under the same load, on the same
 machine, at the same moment; so does this. Each load runs, one after another against one
-simulator: straight to the simulator (``direct``), through trio-batcher (one process, and
+upstream -- ``bench.canned_upstream``, which answers for almost no CPU, so that on a small
+machine the gateways compete with the load generator only, not with a simulator that
+validates every request: straight to it (``direct``), through trio-batcher (one process, and
 ``serve --workers 2``), through the stack's floor server (``bench.floor``: hypercorn and
 httpcore2 doing nothing else; non-streamed loads only) and, given ``--litellm PATH``,
 through LiteLLM configured alike (``litellm_peer``). The loads are the ones the
@@ -52,23 +54,24 @@ LOADS: Final = (
     Load("100 streams", 100, True),
 )
 STREAM_TOKENS: Final = 48
-# The simulator of each half: replies in 50 ms; streams of 48 deltas at 100 tokens/s.
-_PLAIN_SIM: Final = ["--ttft-ms", "50", "--tokens-per-s", "0"]
-_STREAM_SIM: Final = ["--ttft-ms", "50", "--tokens-per-s", "100"]
+# The upstream of each half (``bench.canned_upstream``): replies in 50 ms; streams of 48
+# deltas at 100 tokens/s.
+_PLAIN_UPSTREAM: Final = ["--ttft-ms", "50", "--tokens-per-s", "0"]
+_STREAM_UPSTREAM: Final = ["--ttft-ms", "50", "--tokens-per-s", "100", "--tokens", "48"]
 _WORKERS: Final = 2
 
 
 @final
 @dataclass(frozen=True)
 class _Via:
-    """One way to the simulator: a base URL, the pid to meter, and how to ask."""
+    """One way to the upstream: a base URL, the pid to meter, and how to ask."""
 
     name: str
     url: str
     pid: int
     tree: bool = False  # meter the pid's descendants too (a supervisor of workers)
     direct: bool = False
-    anthropic: bool = False  # asked in Messages (the simulator, the floor) or OpenAI Chat
+    anthropic: bool = False  # asked in Messages (the upstream, the floor) or OpenAI Chat
 
 
 async def run_peers(bench: Bench, scenario: ScenarioResult) -> None:
@@ -77,7 +80,7 @@ async def run_peers(bench: Bench, scenario: ScenarioResult) -> None:
     warmup = min(opts.warmup_s, 2.0)
     scenario.config = {
         "loads": [vars(load) for load in LOADS],
-        "simulator": {"plain": _PLAIN_SIM, "stream": _STREAM_SIM},
+        "upstream": {"plain": _PLAIN_UPSTREAM, "stream": _STREAM_UPSTREAM},
         "stream_tokens": STREAM_TOKENS,
         "seconds": seconds,
         "warmup_s": warmup,
@@ -113,21 +116,24 @@ async def run_peers(bench: Bench, scenario: ScenarioResult) -> None:
 
 @asynccontextmanager
 async def _vias(bench: Bench, stream: bool) -> AsyncIterator[list[_Via]]:
-    """One simulator and every way to it: direct, proxy, proxy with workers, floor, LiteLLM."""
+    """One upstream and every way to it: direct, proxy, proxy with workers, floor, LiteLLM."""
     opts = bench.options
     log_dir = opts.log_dir / ("peers-stream" if stream else "peers")
     async with AsyncExitStack() as stack:
         servers: Stack = await stack.enter_async_context(
             running_stack(
-                _STREAM_SIM if stream else _PLAIN_SIM,
+                [],
                 {"proxy": {}, "workers": {}},
                 log_dir,
                 floor=not stream,
                 workers={"workers": _WORKERS},
+                canned=_STREAM_UPSTREAM if stream else _PLAIN_UPSTREAM,
             )
         )
+        assert servers.canned is not None
+        upstream = servers.canned
         vias = [
-            _Via("direct", servers.sim.url, servers.sim.pid, direct=True, anthropic=True),
+            _Via("direct", upstream.url, upstream.pid, direct=True, anthropic=True),
             _Via("trio-batcher", servers.proxies["proxy"].url, servers.proxies["proxy"].pid),
         ]
         proxy2 = servers.proxies["workers"]
@@ -138,7 +144,7 @@ async def _vias(bench: Bench, stream: bool) -> AsyncIterator[list[_Via]]:
         if opts.litellm is not None:
             bench.display.line("  starting LiteLLM ...")
             peer: PeerServer = await stack.enter_async_context(
-                running_litellm(opts.litellm, servers.sim.url, log_dir)
+                running_litellm(opts.litellm, upstream.url, log_dir)
             )
             vias.append(_Via("LiteLLM", peer.url, peer.pid))
         yield vias
@@ -176,7 +182,7 @@ async def _measure(
         "per_s": round(len(ok) / run.wall, 1) if run.wall > 0 else None,
         "p50_ms": latency.p50,
         "p99_ms": latency.p99,
-        # The simulator's own CPU when direct: what the upstream costs, for scale.
+        # The upstream's own CPU when direct: what it costs, for scale.
         "cpu_ms_per_request": ms_per(used["gateway"], len(ok)),
     }
     if load.stream:

@@ -168,6 +168,12 @@ class Stack:
     sim: SimServer
     proxies: dict[str, ProxyServer] = field(default_factory=dict)
     floor: _Child | None = None
+    canned: _Child | None = None  # ``bench.canned_upstream``, when the proxies use it
+
+    @property
+    def upstream_url(self) -> str:
+        """What the proxies and the floor server call: the canned upstream or the simulator."""
+        return self.canned.url if self.canned is not None else self.sim.url
 
 
 def _json_object(response: httpx2.Response, what: str) -> dict[str, Any]:
@@ -279,12 +285,15 @@ async def running_stack(
     *,
     floor: bool = False,
     workers: Mapping[str, int] | None = None,
+    canned: list[str] | None = None,
 ) -> AsyncIterator[Stack]:
     """Start a simulator (``simulate`` plus ``sim_args``) and one proxy per entry of
     ``proxies`` (name -> extra settings), each proxy pointed at the simulator with metrics
     on and its own temporary ``DATA_DIR``, and with ``floor`` the stack's floor server
     (``bench.floor``) too, and each proxy named in ``workers`` as ``serve --workers N`` (its
-    pid is the supervisor's: meter its tree); yield them; stop them all on exit, whatever happened, then remove
+    pid is the supervisor's: meter its tree), and with ``canned`` (its arguments) a
+    ``bench.canned_upstream`` that the proxies and the floor call instead of the simulator;
+    yield them; stop them all on exit, whatever happened, then remove
     the data directories.
 
     Raises:
@@ -309,12 +318,24 @@ async def running_stack(
         )
         waits = [(sim_child, "/_sim/stats?recent=0")]
         stack = Stack(SimServer(sim_child, http))
+        if canned is not None:
+            port = free_port()
+            stack.canned = await _spawn(
+                "canned-upstream",
+                ["--port", str(port), *canned],
+                base,
+                log_dir,
+                port,
+                children,
+                module="trio_batcher.bench.canned_upstream",
+            )
+            waits.append((stack.canned, "/"))
         for name, settings in proxies.items():
             port = free_port()
             data_dir = data_root / name
             env = {
                 **base,
-                "ANTHROPIC_BASE_URL": sim_child.url,
+                "ANTHROPIC_BASE_URL": stack.upstream_url,
                 "ANTHROPIC_API_KEY": SIM_KEY,
                 "METRICS_ENABLED": "1",
                 "METRICS_LATENCY_WINDOW": "100000",
@@ -343,7 +364,7 @@ async def running_stack(
             port = free_port()
             stack.floor = await _spawn(
                 "floor",
-                ["--port", str(port), "--upstream", sim_child.url],
+                ["--port", str(port), "--upstream", stack.upstream_url],
                 base,
                 log_dir,
                 port,

@@ -62,9 +62,10 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         Scenario(
             "peers",
             "Peers: the same loads direct, through trio-batcher and through LiteLLM",
-            "One run, one simulator: 1 and 50 closed-loop clients of non-streamed requests "
-            "(answered in 50 ms), then 20 and 100 clients streaming 48 deltas at 100 "
-            "tokens/s, each load straight to the simulator, through trio-batcher (one "
+            "One run, one canned upstream that costs almost no CPU (bench.canned_upstream): "
+            "1 and 50 closed-loop clients of non-streamed requests (answered in 50 ms), then "
+            "20 and 100 clients streaming 48 deltas at 100 tokens/s, each load straight to "
+            "the upstream, through trio-batcher (one "
             "process, then serve --workers 2), through the stack's floor server (non-stream "
             "only) and, given --litellm PATH, through LiteLLM configured alike. Side by "
             "side: throughput as a share of direct, p50 added, each gateway's CPU per "
