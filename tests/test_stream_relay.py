@@ -136,3 +136,50 @@ async def test_abandoned_stream_leaves_no_unclosed_async_generator_behind() -> N
         and not any(name in str(w.message) for name in LIBRARY_LEFTOVERS)
     ]
     assert leaked == []
+
+
+async def _open_stream_then(
+    http: httpx2.AsyncClient, url: str, path: str, body: dict[str, Any], check: Any
+) -> None:
+    """Start a stream, run ``check`` once its first event has arrived, read it to the end."""
+    checked = False
+    async with http.stream("POST", f"{url}{path}", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if not checked and line.startswith("data:"):
+                check()
+                checked = True
+    assert checked
+
+
+def _held_requests() -> list[object]:
+    """The request-shaped objects alive now: what an open stream must not hold on to."""
+    from trio_batcher.edge.http import Incoming
+    from trio_batcher.translation.openai_chat.request import TranslatedRequest
+    from trio_batcher.upstream.request import UpstreamRequest
+
+    gc.collect()
+    return [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, Incoming | TranslatedRequest)
+        or (isinstance(o, UpstreamRequest) and (o.body or o.content))
+    ]
+
+
+async def test_an_open_stream_holds_neither_the_clients_body_nor_the_upstream_request() -> None:
+    # A stream can stay open for minutes, and an agent's request body is often the whole
+    # conversation (hundreds of kilobytes): once the stream is open, the relay keeps what
+    # its bookkeeping needs (model, surface, tenant), the door and the job let go of the rest.
+    conversation = [{"role": "user", "content": "Remember all of this. " * 5_000}]
+    held: list[list[object]] = []
+    async with proxy_and_simulator(SLOW) as (url, _sim), httpx2.AsyncClient() as http:
+        for path, body in (
+            ("/v1/chat/completions", {"model": MODEL, "stream": True, "messages": conversation}),
+            (
+                "/v1/messages",
+                {"model": MODEL, "max_tokens": 64, "stream": True, "messages": conversation},
+            ),
+        ):
+            await _open_stream_then(http, url, path, body, lambda: held.append(_held_requests()))
+    assert held == [[], []]

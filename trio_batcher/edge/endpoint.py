@@ -181,10 +181,14 @@ class ApiEndpoint:
                     exc.headers["Server-Timing"] = timing.server_timing_header()
             await _send_error(send, exc, door, scope)
             return
-        incoming = Incoming(payload, raw, scope, arrived, len(raw) >= LARGE_BODY_BYTES, tenant)
+        # Handed over in a list that _answer empties, the body held by nothing else: a
+        # stream can stay open for minutes, and its body (for an agent, often the whole
+        # conversation, hundreds of kilobytes) need not stay with it.
+        handover = [Incoming(payload, raw, scope, arrived, len(raw) >= LARGE_BODY_BYTES, tenant)]
+        del payload, raw
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
-            await _answer(door, pipeline, incoming, send)
+            await _answer(door, pipeline, handover, send)
             nursery.cancel_scope.cancel()
 
     def _authenticate(self, scope: Scope) -> Tenant:
@@ -205,8 +209,11 @@ class ApiEndpoint:
         return tenant
 
 
-async def _answer(door: Door, pipeline: Pipeline, incoming: Incoming, send: Send) -> None:
-    """Run the door and send its answer; raises only ``trio.Cancelled``."""
+async def _answer(door: Door, pipeline: Pipeline, handover: list[Incoming], send: Send) -> None:
+    """Run the door on the request ``handover`` holds (taken out of it) and send its
+    answer; raises only ``trio.Cancelled``. Once a stream has started, nothing here holds
+    the request any more."""
+    incoming = handover.pop()
     try:
         reply = await door.handle(pipeline, incoming)
     except Exception as exc:
@@ -218,7 +225,9 @@ async def _answer(door: Door, pipeline: Pipeline, incoming: Incoming, send: Send
     if isinstance(reply, JSONReply):
         await send_json(send, reply.body, reply.status, reply.headers)
         return
-    await send_stream(send, reply, f"POST {incoming.scope['path']}")
+    where = f"POST {incoming.scope['path']}"
+    del incoming
+    await send_stream(send, reply, where)
 
 
 async def _send_error(send: Send, exc: Exception, door: Door | None, scope: Scope) -> None:

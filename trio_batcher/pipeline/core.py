@@ -266,7 +266,7 @@ class Pipeline:
                     self._upstream,
                     self._resilience,
                     self.settings,
-                    request,
+                    [request],
                     deadline,
                     send,
                 ),
@@ -278,11 +278,11 @@ class Pipeline:
             if grant is not None:
                 grant.refund()
             raise
-        relay = StreamRelay(self, request, codec, ticket, recv, slot, arrived, grant)
+        relay = StreamRelay(self, request, codec.stream(), ticket, recv, slot, arrived, grant)
         handed_off = False
         try:
             with trio.move_on_at(deadline):
-                headers = await relay.read_prelude()
+                headers = await relay.read_prelude(codec)
                 handed_off = True
                 return StreamReply(relay.body(), headers, relay.close, deadline, relay.expire)
             raise deadline_error(self.settings)

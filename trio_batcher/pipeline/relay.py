@@ -13,6 +13,7 @@ the request in the observatory.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
@@ -26,7 +27,7 @@ from ..upstream.errors import client_status, status_for_error_type
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import StreamEvent
 from .coalesce import coalesce_deltas
-from .contract import CLIENT_CLOSED, ReplyCodec
+from .contract import CLIENT_CLOSED, ReplyCodec, StreamCodec
 from .tally import StreamTally, event_kind
 from .tenancy import TenantGrant
 
@@ -82,7 +83,7 @@ class StreamRelay:
         self,
         pipeline: Pipeline,
         request: UpstreamRequest,
-        codec: ReplyCodec,
+        encoder: StreamCodec,
         ticket: Ticket[None],
         recv: trio.MemoryReceiveChannel[StreamEvent],
         slot: Slot,
@@ -91,9 +92,10 @@ class StreamRelay:
     ) -> None:
         self._pipeline = pipeline
         self._grant = grant
-        self._request = request
-        self._codec = codec
-        self._encoder = codec.stream()
+        # What the bookkeeping at the end reads (model, surface, tenant), without the body:
+        # a stream can stay open for minutes, its request's conversation need not.
+        self._request = replace(request, body={}, content=None)
+        self._encoder = encoder
         self._ticket = ticket
         self._recv = recv
         self._slot = slot
@@ -155,7 +157,7 @@ class StreamRelay:
             out += chunks
         return out
 
-    async def read_prelude(self) -> dict[str, str]:
+    async def read_prelude(self, codec: ReplyCodec) -> dict[str, str]:
         """Collect what the pump forwarded up to the first delta, or raise its failure.
 
         The pump forwards nothing until ``open_until_content`` has read the upstream past its
@@ -166,7 +168,7 @@ class StreamRelay:
             self._prelude += self._feed([event])
             if event[0] not in _PRELUDE_EVENTS:
                 break
-        headers = self._codec.headers(self._upstream_headers)
+        headers = codec.headers(self._upstream_headers)
         headers["Server-Timing"] = self.timing().server_timing_header()
         return headers
 

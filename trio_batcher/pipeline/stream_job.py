@@ -38,11 +38,16 @@ async def pump_stream(
     upstream: UpstreamClient,
     resilience: Resilience,
     settings: Settings,
-    request: UpstreamRequest,
+    handover: list[UpstreamRequest],
     deadline: float,
     send: trio.MemorySendChannel[StreamEvent],
 ) -> None:
     """The stream job: relay upstream events into ``send`` until the stream ends.
+
+    The request comes in ``handover``, a list the job empties: the dispatcher holds a
+    job's arguments for as long as it runs, and once the stream is open (nothing is
+    retried after that) its body -- for an agent, often the whole conversation -- need
+    not live as long as the stream.
 
     Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
     batching) for the whole stream. Opening the stream and reading up to its first
@@ -50,6 +55,8 @@ async def pump_stream(
     the client may already have content. Returns quietly if the reader went away.
     """
     complete = False
+    request = handover.pop()
+    model = request.model
     async with send:
         with trio.move_on_at(deadline) as scope:
             start = await call_with_resilience(
@@ -61,8 +68,9 @@ async def pump_stream(
                 deadline=deadline,
                 ctx=resilience,
                 headers_of=_stream_headers_of,
-                model=request.model,
+                model=model,
             )
+            del request
             try:
                 opened = {
                     "headers": start.stream.headers,
