@@ -127,9 +127,9 @@ class TidySchedule:
 
 
 async def tidy_heap_periodically(interval_s: float, activity: Activity | None = None) -> None:
-    """Every ``interval_s`` (``HEAP_TRIM_INTERVAL_S``) -- when ``activity`` is given, only
-    if enough requests finished since the last time to be worth it (``TidySchedule``) --
-    collect the garbage in reference cycles, then give the free pages inside glibc's heap
+    """Every ``interval_s`` (``HEAP_TRIM_INTERVAL_S``) collect the garbage in reference
+    cycles -- when ``activity`` is given, only if enough requests finished since the last
+    time to be worth it (``TidySchedule``) -- then give the free pages inside glibc's heap
     back to the kernel; returns at once when ``interval_s`` is 0.
 
     Why the collection: hypercorn builds each connection as a reference cycle (its
@@ -158,10 +158,9 @@ async def tidy_heap_periodically(interval_s: float, activity: Activity | None = 
     schedule = TidySchedule()
     while True:
         await trio.sleep(interval_s)
-        if activity is not None and not schedule.due(*activity()):
-            continue
-        gc.collect()
-        if trim is not None:
+        if activity is None or schedule.due(*activity()):
+            gc.collect()
+        if trim is not None:  # cheap, and what a request's buffers freed is worth returning
             trim(0)
 
 

@@ -72,6 +72,34 @@ class SizedBody(Protocol):
 
 
 @final
+class _HeldBody:
+    """A bytes request body that can be let go of once the answer has started.
+
+    httpcore2 keeps a request (and its body) referenced from the response it returns for as
+    long as that response is read; for a stream that is minutes, and an agent's request
+    body is often its whole conversation. ``UpstreamPool.request`` lets go of it once the
+    response headers are in, when the body can no longer be sent again.
+    """
+
+    __slots__ = ("_content", "_size")
+
+    def __init__(self, content: bytes) -> None:
+        self._content: bytes | None = content
+        self._size = len(content)
+
+    def __len__(self) -> int:
+        return self._size
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._content is None:
+            raise RuntimeError("the request body was already let go of")
+        yield self._content
+
+    def release(self) -> None:
+        self._content = None
+
+
+@final
 class Headers(Mapping[str, str]):
     """Response headers by lower-case name; repeated headers joined with ``", "``."""
 
@@ -341,11 +369,12 @@ class UpstreamPool:
             *headers,
             (b"content-length", b"%d" % len(content)),
         ]
+        held = _HeldBody(content) if isinstance(content, bytes) else None
         request = httpcore2.Request(
             method,
             url,
             headers=all_headers,
-            content=content,
+            content=content if held is None else held,
             extensions={"timeout": self._timeouts},
         )
         conn, reused = await self._acquire()
@@ -369,6 +398,8 @@ class UpstreamPool:
                     await conn.aclose()
                 raise
             else:
+                if held is not None:
+                    held.release()  # answered: it cannot go out again, and need not stay
                 return PooledResponse(self, conn, raw)
 
     async def _acquire(self) -> tuple[httpcore2.AsyncHTTPConnection, bool]:
