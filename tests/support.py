@@ -7,8 +7,9 @@ pytest-trio's built-in ``nursery`` fixture would do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import gc
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -149,3 +150,20 @@ async def proxy_and_simulator(
         running_proxy(proxy_settings(sim, **changes)) as url,
     ):
         yield url, sim
+
+
+@contextmanager
+def no_collector_pauses() -> Iterator[None]:
+    """The cyclic collector off for a block that is about timing.
+
+    In a test the simulator, the proxy and the client share one process, so a collection
+    of the test process's heap (which grows with every test module collected) stalls all
+    three at once: the simulator then sends two tokens together, and a check that each
+    token leaves on its own reads a stall of the test as a fault of the relay.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import openai_client, proxy_and_simulator
+from support import no_collector_pauses, openai_client, proxy_and_simulator
 from test_openai_conformance import SDK_STREAM_LEFTOVERS
 from test_translation_responses_stream import codec_for
 from test_translation_responses_stream import run as run_responses
@@ -69,8 +69,9 @@ def test_a_run_of_one_blocks_text_deltas_becomes_one_delta() -> None:
 
 def test_runs_end_at_another_block_another_kind_or_any_other_event() -> None:
     stop = other("content_block_stop", index=0)
-    signature = ("content_block_delta", {**delta(1, "x", "")[1]}, "")
-    signature[1]["delta"] = {"type": "signature_delta", "signature": "c2ln"}
+    signature = other(
+        "content_block_delta", index=1, delta={"type": "signature_delta", "signature": "c2ln"}
+    )
     events = [
         delta(0, "text_delta", "a"),
         delta(0, "text_delta", "b"),
@@ -205,15 +206,16 @@ async def test_a_responses_stream_with_nothing_buffered_sends_every_token_at_onc
     leaves nothing buffered, so each token is its own ``output_text.delta`` and reaches the
     client before the upstream has sent the next one (one clock: the simulator runs here)."""
     body = {"model": MODEL, "stream": True, "input": "Relay timing, Responses"}
-    async with proxy_and_simulator(SLOW) as (url, sim), httpx2.AsyncClient() as http:
-        arrivals: list[float] = []
-        async with http.stream("POST", f"{url}/v1/responses", json=body) as response:
-            assert response.status_code == 200
-            async for line in response.aiter_lines():
-                if line.startswith("data: ") and '"response.output_text.delta"' in line:
-                    arrivals.append(time.monotonic())
-        trace: dict[str, Any] = (await sim.stats())["recent"][-1]
-    sent = trace["event_times"][1:]
-    assert len(arrivals) == len(sent) == TOKENS
-    assert all(got >= out for got, out in zip(arrivals, sent, strict=True))
-    assert all(got < after for got, after in zip(arrivals[:-1], sent[1:], strict=True))
+    with no_collector_pauses():
+        async with proxy_and_simulator(SLOW) as (url, sim), httpx2.AsyncClient() as http:
+            arrivals: list[float] = []
+            async with http.stream("POST", f"{url}/v1/responses", json=body) as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line.startswith("data: ") and '"response.output_text.delta"' in line:
+                        arrivals.append(time.monotonic())
+            trace: dict[str, Any] = (await sim.stats())["recent"][-1]
+        sent = trace["event_times"][1:]
+        assert len(arrivals) == len(sent) == TOKENS
+        assert all(got >= out for got, out in zip(arrivals, sent, strict=True))
+        assert all(got < after for got, after in zip(arrivals[:-1], sent[1:], strict=True))

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx2
 import trio
-from support import proxy_and_simulator
+from support import no_collector_pauses, proxy_and_simulator
 
 from trio_batcher.simulator import SimulatorConfig
 
@@ -65,23 +65,24 @@ async def test_relay_forwards_each_token_before_the_upstream_sends_the_next() ->
     """Nothing is held back: every token reaches the client before the upstream has sent
     the next one (they are 50 ms apart). How fast is the bench's business (TTFT and
     inter-token latency through the proxy against direct), not a timed assertion's."""
-    async with proxy_and_simulator(SLOW) as (url, sim), httpx2.AsyncClient() as http:
-        for run in range(RUNS):
-            arrivals = await _stream_arrivals(http, url, f"Relay timing run {run}")
-            trace: dict[str, Any] = (await sim.stats())["recent"][-1]
-            assert len(arrivals) == TOKENS
-            # The simulator flushes the message prelude, then each token on its own (they
-            # are 50 ms apart); the last token leaves together with the closing events.
-            sent = trace["event_times"][1:]
-            assert len(sent) == TOKENS
-            assert sent[0] == trace["first_token_at"]
-            # Not buffered as a whole: the first token arrives ~450 ms before the upstream
-            # has even sent the last one.
-            assert arrivals[0] < trace["finished_at"] - 0.3
-            # One clock (the simulator runs in this process): nothing arrives before it was
-            # sent, and each token arrives before the next one leaves the upstream.
-            assert all(got >= out for got, out in zip(arrivals, sent, strict=True))
-            assert all(got < after for got, after in zip(arrivals[:-1], sent[1:], strict=True))
+    with no_collector_pauses():
+        async with proxy_and_simulator(SLOW) as (url, sim), httpx2.AsyncClient() as http:
+            for run in range(RUNS):
+                arrivals = await _stream_arrivals(http, url, f"Relay timing run {run}")
+                trace: dict[str, Any] = (await sim.stats())["recent"][-1]
+                assert len(arrivals) == TOKENS
+                # The simulator flushes the message prelude, then each token on its own (they
+                # are 50 ms apart); the last token leaves together with the closing events.
+                sent = trace["event_times"][1:]
+                assert len(sent) == TOKENS
+                assert sent[0] == trace["first_token_at"]
+                # Not buffered as a whole: the first token arrives ~450 ms before the upstream
+                # has even sent the last one.
+                assert arrivals[0] < trace["finished_at"] - 0.3
+                # One clock (the simulator runs in this process): nothing arrives before it was
+                # sent, and each token arrives before the next one leaves the upstream.
+                assert all(got >= out for got, out in zip(arrivals, sent, strict=True))
+                assert all(got < after for got, after in zip(arrivals[:-1], sent[1:], strict=True))
 
 
 async def _proxy_idle(http: httpx2.AsyncClient, url: str, requests: int) -> dict[str, Any]:

@@ -89,6 +89,16 @@ def load_js_data(name: str) -> Any:
     return json.loads(match.group(1))
 
 
+def results_page_scenario(name: str) -> dict[str, Any]:
+    """The ``name`` scenario results.html shows: the report's own, or for a report without
+    one, the last recorded run (``visuals/data/<name>.js``, from ``build_data.py --<name>``)."""
+    own = load_js_data("results")["scenarios"].get(name)
+    if own is not None:
+        return dict(own)
+    recorded: dict[str, Any] = load_js_data(name)["scenario"]
+    return recorded
+
+
 # -- what the pages must show ------------------------------------------------------------
 
 

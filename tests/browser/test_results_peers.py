@@ -12,17 +12,9 @@ import re
 from typing import Any
 
 import pytest
-from browser_support import VISUALS, assert_shows, load_js_data
+from browser_support import VISUALS, assert_shows, results_page_scenario
 
 pytestmark = pytest.mark.browser
-
-
-def _peers_scenario() -> dict[str, Any]:
-    own = load_js_data("results")["scenarios"].get("peers")
-    if own is not None:
-        return dict(own)
-    recorded: dict[str, Any] = load_js_data("peers")["scenario"]
-    return recorded
 
 
 def _slug(value: object) -> str:
@@ -30,7 +22,7 @@ def _slug(value: object) -> str:
 
 
 def test_results_page_puts_the_gateways_side_by_side(open_page: Any) -> None:
-    scenario = _peers_scenario()
+    scenario = results_page_scenario("peers")
     table = scenario["summary"]["table"]
     columns = table["columns"]
     opened = open_page((VISUALS / "results.html").as_uri())

@@ -11,21 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from browser_support import VISUALS, assert_shows, load_js_data
+from browser_support import VISUALS, assert_shows, results_page_scenario
 
 pytestmark = pytest.mark.browser
 
 
-def _tenants_scenario() -> dict[str, Any]:
-    own = load_js_data("results")["scenarios"].get("tenants")
-    if own is not None:
-        return dict(own)
-    recorded: dict[str, Any] = load_js_data("tenants")["scenario"]
-    return recorded
-
-
 def test_results_page_charts_the_tenants_latency_and_admitted_shares(open_page: Any) -> None:
-    scenario = _tenants_scenario()
+    scenario = results_page_scenario("tenants")
     summary = scenario["summary"]
     quiet, loud = summary["quiet_tenant"], summary["flooding_tenant"]
     flood, weighted = summary["flood"], summary["weighted"]

@@ -33,7 +33,7 @@ from typing import Final, Literal, TypeAlias, final
 
 import trio
 
-from .sse import Api, ContentCounter, EventCounter
+from .sse import Api, ContentCounter, EventCounter, StreamEnding
 from .wire import Connection, Head, Pool, ProtocolError, encode_request
 
 __all__ = [
@@ -234,10 +234,28 @@ async def _exchange(
         outcome.code = None if head.status == 200 else _error_code(body[:_ERROR_BODY_KEEP])
         outcome.kind = _classify(head, outcome.code)
         return
+    leave_after = None if abort is None else abort.after_tokens
+    if not await follow_stream(conn, head, target, outcome, leave_after=leave_after):
+        outcome.kind = "aborted"
+        return  # the connection is not reusable: release() closes it
+    outcome.kind = "ok"
+
+
+async def follow_stream(
+    conn: Connection,
+    head: Head,
+    target: Target,
+    outcome: Outcome,
+    *,
+    leave_after: int | None = None,
+    ending: StreamEnding | None = None,
+) -> bool:
+    """Read a 200 stream's body, stamping each SSE event and content event in ``outcome``
+    as it arrives (and feeding ``ending``, if given); False if the client left after
+    ``leave_after`` content events instead of reading to the end."""
     content = ContentCounter(target.api)
     events = EventCounter()
     times, event_times = outcome.content_times, outcome.event_times
-    leave_after = None if abort is None else abort.after_tokens
     try:
         async for piece in conn.body(head):
             now = trio.current_time()
@@ -248,11 +266,27 @@ async def _exchange(
                     outcome.first_content = now
                 times.extend([now] * found)
                 if leave_after is not None and content.count >= leave_after:
-                    outcome.kind = "aborted"
-                    return  # the connection is not reusable: release() closes it
+                    return False
+            if ending is not None:
+                ending.feed(piece)
     finally:
         outcome.body_bytes = events.bytes
-    outcome.kind = "ok"
+    return True
+
+
+async def tallied(
+    tally: Tally, outcomes: list[Outcome], request: Callable[[], Awaitable[Outcome]]
+) -> None:
+    """Run one client request, counted in ``tally`` while in flight and once it ended."""
+    tally.offered += 1
+    tally.sent += 1
+    tally.in_flight += 1
+    try:
+        outcome = await request()
+    finally:
+        tally.in_flight -= 1
+    outcomes.append(outcome)
+    tally.count(outcome)
 
 
 @final
@@ -292,15 +326,7 @@ async def closed_loop(
 
     async def worker() -> None:
         while trio.current_time() < stop_at and (quota is None or quota.take()):
-            tally.offered += 1
-            tally.sent += 1
-            tally.in_flight += 1
-            try:
-                outcome = await call(pool, target, trio.current_time())
-            finally:
-                tally.in_flight -= 1
-            outcomes.append(outcome)
-            tally.count(outcome)
+            await tallied(tally, outcomes, lambda: call(pool, target, trio.current_time()))
 
     async with trio.open_nursery() as nursery:
         for _ in range(workers):

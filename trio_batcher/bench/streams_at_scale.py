@@ -41,10 +41,10 @@ from ..observatory.gc_pauses import GcPauses
 from ..serving import raise_open_file_limit
 from .cpu import process_cpu_seconds
 from .harness import Bench, Driver, target_for, target_result
-from .load import Outcome, Run, Tally, Target
+from .load import Outcome, Run, Tally, Target, follow_stream, tallied
 from .processes import ProxyServer, Stack, running_stack
 from .results import PhaseResult, ScenarioResult
-from .sse import ContentCounter, EventCounter, StreamEnding
+from .sse import StreamEnding
 from .streams_at_scale_stats import (
     ADDED_GAP_P99_MAX_MS,
     EVENTS_PER_S,
@@ -122,21 +122,12 @@ async def _exchange(
     if head.status != 200:
         await conn.read_body(head)  # counted by status (``http_<status>``)
         return
-    content, events, ending = ContentCounter(target.api), EventCounter(), StreamEnding(target.api)
+    ending = StreamEnding(target.api)
     open_streams.now += 1
     try:
-        async for piece in conn.body(head):
-            now = trio.current_time()
-            if ended := events.feed(piece):
-                outcome.event_times.extend([now] * ended)
-            if found := content.feed(piece):
-                if outcome.first_content is None:
-                    outcome.first_content = now
-                outcome.content_times.extend([now] * found)
-            ending.feed(piece)
+        await follow_stream(conn, head, target, outcome, ending=ending)
     finally:
         open_streams.now -= 1
-        outcome.body_bytes = events.bytes
     if ending.error_type is not None:
         outcome.code = ending.error_type
     elif not ending.complete:
@@ -157,15 +148,9 @@ def ramped_driver(
         async def one(i: int) -> None:
             intended = start + ramp_s * i / streams
             await trio.sleep_until(intended)
-            tally.offered += 1
-            tally.sent += 1
-            tally.in_flight += 1
-            try:
-                outcome = await one_stream(target, intended, open_streams, deadline_s)
-            finally:
-                tally.in_flight -= 1
-            outcomes.append(outcome)
-            tally.count(outcome)
+            await tallied(
+                tally, outcomes, lambda: one_stream(target, intended, open_streams, deadline_s)
+            )
 
         async with trio.open_nursery() as nursery:
             for i in range(streams):
