@@ -1,6 +1,14 @@
-"""Developer and CI sessions: `nox` runs lint, typecheck and tests (the README's test command)."""
+"""Developer and CI sessions: `nox` runs lint, typecheck and tests (the README's test command).
+
+Every session installs through ``constraints.txt``: the exact versions the suite last
+passed with, so a fresh clone tests what was tested. ``nox -s tests_latest`` runs the suite
+against the newest release of every dependency instead (run it before each landing), and
+``nox -s lock`` rewrites ``constraints.txt`` from the newest releases once they pass.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import nox
 
@@ -9,12 +17,20 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PACKAGE = "trio_batcher"
+CONSTRAINTS = "constraints.txt"
+# Everything any session installs, for ``lock`` to resolve together.
+EVERYTHING = (".[test,bench,browser]", "ruff", "mypy", "nox")
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    """Install ``args`` at the versions in ``constraints.txt``."""
+    session.install("-c", CONSTRAINTS, *args)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
-    session.install("ruff>=0.6")
+    _install(session, "ruff")
     session.run("ruff", "check", PACKAGE, "tests", "visuals", "noxfile.py")
     session.run("ruff", "format", "--check", PACKAGE, "tests", "visuals", "noxfile.py")
 
@@ -22,21 +38,52 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[test,bench]", "mypy>=1.10")
+    _install(session, "-e", ".[test,bench]", "mypy")
     session.run("mypy", "--strict", PACKAGE)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite, over loopback only (no network, no API key)."""
-    session.install("-e", ".[test,bench]")
+    """The test suite, at the pinned versions (loopback only, no API key)."""
+    _install(session, "-e", ".[test,bench]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def tests_latest(session: nox.Session) -> None:
+    """The test suite against the newest release of every dependency, ignoring the pins:
+    what a user who runs ``pip install trio-batcher`` today gets. Run before each landing."""
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[test,bench]")
+    session.run("pip", "list", "--format=freeze", silent=False)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Rewrite constraints.txt with the newest releases of everything the sessions install.
+
+    Run ``nox -s tests_latest`` first: the pins should be versions the suite passed with.
+    """
+    session.install("--upgrade", "--upgrade-strategy", "eager", *EVERYTHING)
+    frozen = session.run("pip", "freeze", "--exclude-editable", silent=True)
+    assert isinstance(frozen, str)
+    pins = sorted(
+        (line for line in frozen.splitlines() if "==" in line and not line.startswith("-e")),
+        key=str.lower,
+    )
+    header = (
+        "# The versions the test suite last passed with: every nox session installs with\n"
+        "# `pip install -c constraints.txt`. Regenerate with `nox -s lock` after\n"
+        "# `nox -s tests_latest` passes.\n"
+    )
+    Path(CONSTRAINTS).write_text(header + "\n".join(pins) + "\n")
+    session.log(f"wrote {len(pins)} pins to {CONSTRAINTS}")
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """trio-batcher bench: separate processes, real sockets. Flags after --, e.g. -- --quick."""
-    session.install("-e", ".[bench]")
+    _install(session, "-e", ".[bench]")
     session.run("trio-batcher", "bench", *(session.posargs or ["--scenario", "all"]))
 
 
@@ -46,7 +93,7 @@ def browser(session: nox.Session) -> None:
 
     Never `playwright install` (it downloads a browser); CI installs Debian's chromium.
     """
-    session.install("-e", ".[test,bench,browser]")
+    _install(session, "-e", ".[test,bench,browser]")
     session.run(
         "pytest",
         "-m",

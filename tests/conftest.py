@@ -4,10 +4,13 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Iterator
 
+import closing_streams
 import pytest
 from redis_support import RedisServer, open_test_link, running_redis, unique_prefix
 
 from trio_batcher.cluster import RedisLink
+
+closing_streams.install()
 
 # The outbound client logs every request at INFO; keep test output readable.
 for _name in ("httpx", "httpx2", "httpcore", "httpcore2"):

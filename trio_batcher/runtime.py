@@ -24,6 +24,7 @@ from .observatory.gc_pauses import GcPauses
 from .observatory.metrics import Gauges, MetricsRegistry
 from .observatory.pricing import TokenUsage, load_pricing
 from .observatory.prometheus import PrometheusExporter
+from .observatory.prometheus_connections import ConnectionsCollector
 from .offline import BATCH_PRICE_FACTOR
 from .offline import SURFACE as BATCH_SURFACE
 from .pipeline.core import Pipeline
@@ -120,6 +121,12 @@ class Runtime:
             if self.metrics is not None
             else None
         )
+        if self.prometheus is not None:
+            self.prometheus.collector_registry.register(
+                ConnectionsCollector(
+                    lambda: (self.http.connections_opened, self.http.resent_unsent)
+                )
+            )
         # Installed while the app serves (``app.py``'s lifespan).
         self.gc_pauses = GcPauses()
         self.draining = False
@@ -139,6 +146,8 @@ class Runtime:
             "ratelimit_holds": stats.ratelimit_holds,
             "adaptive_limit": stats.current_limit,
             "failures_by_signal": dict(stats.failures_by_signal),
+            "connections_opened": self.http.connections_opened,
+            "resent_unsent": self.http.resent_unsent,
         }
 
     def record_batch_usage(

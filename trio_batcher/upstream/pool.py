@@ -12,14 +12,21 @@ most of a proxied request's budget.
 Theory of operation
 -------------------
 The pool is a LIFO stack of idle ``httpcore2.AsyncHTTPConnection`` objects. ``request``
-pops the most recently used connection, checks only that one (``has_expired``: its
-keep-alive time, or a readable socket, which on an idle HTTP/1.1 connection can only mean
-the server closed it), and opens a new connection when the stack is empty. httpcore2's own
-pool instead re-examines every pooled connection on every request and again on every
-response close, which is the bookkeeping it spends its time on. The check cannot see a
-close still on its way (the upstream's idle timeout firing as we reuse the connection): a
-reused connection that fails before any byte of the response is replaced by a new one and
-the request sent again, once, at once.
+pops the most recently used connection, checks only that one (its keep-alive time, and
+its socket: readable on an idle HTTP/1.1 connection can only mean the server closed it;
+checked here on our own stream, since httpcore2 2.17 stopped doing it in ``has_expired``),
+and opens a new connection when the stack is empty. httpcore2's own pool instead
+re-examines every pooled connection on every request and again on every response close,
+which is the bookkeeping it spends its time on.
+
+A request is billable, so the pool sends it a second time only when it can prove the first
+never reached the upstream: the reused connection was found closed before anything was
+written, or the first write of the request (its head, one small ``send``) failed. The check
+cannot see a close still on its way (the upstream's idle timeout firing as we reuse the
+connection, or a draining load balancer resetting it after reading the whole request): a
+connection that fails after any part of the request went out raises to the caller, whose
+retry policy decides, waits, spends its budget and counts the resend
+(``upstream/resilience``). ``resent_unsent`` counts the pool's own, provably harmless, resends.
 
 Bytes move through ``_TrioNetworkStream``, a network backend for httpcore2 (its documented
 extension point) that differs from httpcore2's own trio backend in one way: a read or write
@@ -60,7 +67,14 @@ import trio
 _KEEPALIVE_EXPIRY_S: Final = 30.0
 # How a kept-alive connection that the server had closed fails when a request is sent on it:
 # "server disconnected without sending a response", or a reset on the write or the read.
-_STALE_ERRORS: Final = (httpcore2.RemoteProtocolError, httpcore2.ReadError, httpcore2.WriteError)
+# ``ConnectionNotAvailable`` is httpcore2's own (2.17+) check finding the socket closed before
+# it wrote anything.
+_STALE_ERRORS: Final = (
+    httpcore2.RemoteProtocolError,
+    httpcore2.ReadError,
+    httpcore2.WriteError,
+    httpcore2.ConnectionNotAvailable,
+)
 
 
 class SizedBody(Protocol):
@@ -136,11 +150,35 @@ _READ_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError)
 
 
 @final
+class _Wire:
+    """What one connection has written, for the pool's "was anything sent?" question.
+
+    Shared by a connection's TCP stream and the TLS stream on top of it. ``writes`` counts
+    writes that completed. httpcore2 swallows a failed write (it goes on to read, for a
+    server that answers early), so the error it raises cannot tell a request that never
+    left from one the upstream read whole; this count can.
+    """
+
+    __slots__ = ("socket", "writes")
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.socket: trio.socket.SocketType | None = None
+
+    def closed_by_peer(self) -> bool:
+        """On an idle connection, a readable socket can only be the server's close."""
+        return self.socket is not None and self.socket.is_readable()
+
+
+@final
 class _TrioNetworkStream(httpcore2.AsyncNetworkStream):
     """A trio stream as httpcore2 sees it, with no per-call overhead when no timeout is set."""
 
-    def __init__(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
+    def __init__(
+        self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream], wire: _Wire
+    ) -> None:
         self._stream = stream
+        self._wire = wire
 
     # The ``timeout`` parameters below are httpcore2's interface, not ours.
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
@@ -160,13 +198,14 @@ class _TrioNetworkStream(httpcore2.AsyncNetworkStream):
         try:
             if timeout is None:
                 await self._stream.send_all(buffer)
-                return
-            with trio.fail_after(timeout):
-                await self._stream.send_all(buffer)
+            else:
+                with trio.fail_after(timeout):
+                    await self._stream.send_all(buffer)
         except trio.TooSlowError:
             raise httpcore2.WriteTimeout("timed out writing to the upstream") from None
         except _READ_ERRORS as exc:
             raise httpcore2.WriteError(str(exc) or type(exc).__name__) from exc
+        self._wire.writes += 1
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -193,7 +232,7 @@ class _TrioNetworkStream(httpcore2.AsyncNetworkStream):
         except (*_READ_ERRORS, OSError) as exc:
             await self.aclose()
             raise httpcore2.ConnectError(f"TLS handshake failed: {exc}") from exc
-        return _TrioNetworkStream(tls)
+        return _TrioNetworkStream(tls, self._wire)
 
     def _socket_stream(self) -> trio.SocketStream:
         stream = self._stream
@@ -215,6 +254,13 @@ class _TrioNetworkStream(httpcore2.AsyncNetworkStream):
 
 @final
 class _TrioNetworkBackend(httpcore2.AsyncNetworkBackend):
+    """Opens one connection's socket, and keeps its ``_Wire`` for the pool to read."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self) -> None:
+        self.wire = _Wire()
+
     async def connect_tcp(
         self,
         host: str,
@@ -232,21 +278,40 @@ class _TrioNetworkBackend(httpcore2.AsyncNetworkBackend):
             raise httpcore2.ConnectError(str(exc) or type(exc).__name__) from exc
         for option in socket_options or ():
             stream.setsockopt(*option)
-        return _TrioNetworkStream(stream)
+        self.wire.socket = stream.socket
+        return _TrioNetworkStream(stream, self.wire)
 
     async def sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
 
 
 @final
+class _Link:
+    """One upstream connection and the ``_Wire`` that says what it has written."""
+
+    __slots__ = ("conn", "wire")
+
+    def __init__(self, conn: httpcore2.AsyncHTTPConnection, wire: _Wire) -> None:
+        self.conn = conn
+        self.wire = wire
+
+    def reusable_now(self) -> bool:
+        """Idle, within its keep-alive time, and not closed by the server meanwhile."""
+        conn = self.conn
+        return conn.is_available() and not conn.has_expired() and not self.wire.closed_by_peer()
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self.conn.aclose()
+
+
+@final
 class PooledResponse:
     """An upstream response whose body has not been read yet; always ``aclose`` it."""
 
-    def __init__(
-        self, pool: UpstreamPool, conn: httpcore2.AsyncHTTPConnection, raw: httpcore2.Response
-    ) -> None:
+    def __init__(self, pool: UpstreamPool, link: _Link, raw: httpcore2.Response) -> None:
         self._pool = pool
-        self._conn: httpcore2.AsyncHTTPConnection | None = conn
+        self._conn: _Link | None = link
         self._raw = raw
         self.status_code = raw.status
         self.headers = Headers(raw.headers)
@@ -325,7 +390,6 @@ class UpstreamPool:
         if url.scheme == b"https" and ssl_context is None:
             ssl_context = httpcore2.default_ssl_context()  # system CAs, verified
         self._ssl_context = ssl_context
-        self._backend = _TrioNetworkBackend()
         self._timeouts = {
             "connect": connect_timeout,
             "read": read_timeout,
@@ -334,10 +398,12 @@ class UpstreamPool:
         }
         self._keepalive_expiry = keepalive_expiry
         self._max_idle = max_idle
-        self._idle: list[httpcore2.AsyncHTTPConnection] = []
+        self._idle: list[_Link] = []
         self._closed = False
         self.connections_opened = 0
-        self.stale_retries = 0  # requests sent again after a reused connection turned out dead
+        # Requests sent again on a new connection because the reused one provably never
+        # carried them (closed before the first write, or the first write failed).
+        self.resent_unsent = 0
 
     def url(self, path: str) -> httpcore2.URL:
         """The absolute URL of ``path`` (which starts with ``/``) under the base URL."""
@@ -377,60 +443,61 @@ class UpstreamPool:
             content=content if held is None else held,
             extensions={"timeout": self._timeouts},
         )
-        conn, reused = await self._acquire()
+        link, reused = await self._acquire()
         while True:
+            written = link.wire.writes
             try:
-                raw = await conn.handle_async_request(request)
-            except _STALE_ERRORS:
-                with trio.CancelScope(shield=True):
-                    await conn.aclose()
-                if not reused:
+                raw = await link.conn.handle_async_request(request)
+            except _STALE_ERRORS as exc:
+                await link.aclose()
+                if not (reused and _never_sent(link.wire, written)):
+                    if isinstance(exc, httpcore2.ConnectionNotAvailable):
+                        raise httpcore2.RemoteProtocolError(str(exc)) from exc
                     raise
-                # A kept-alive connection that failed before any byte of an answer: all but
-                # always one the upstream closed (its idle timeout) just as we reused it,
-                # so the request was never read. It goes again, at once, on a new
-                # connection -- not through the retry policy, which would wait, count it
-                # against the retry budget and read it as an upstream failure.
-                self.stale_retries += 1
-                conn, reused = self._connect(), False
+                # A kept-alive connection the upstream had closed before it carried a byte
+                # of this request (its idle timeout, seen too late for ``_acquire``): the
+                # request cannot have been read, so it goes again, at once, on a new one.
+                self.resent_unsent += 1
+                link, reused = self._connect(), False
             except BaseException:
-                with trio.CancelScope(shield=True):
-                    await conn.aclose()
+                await link.aclose()
                 raise
             else:
                 if held is not None:
                     held.release()  # answered: it cannot go out again, and need not stay
-                return PooledResponse(self, conn, raw)
+                return PooledResponse(self, link, raw)
 
-    async def _acquire(self) -> tuple[httpcore2.AsyncHTTPConnection, bool]:
+    async def _acquire(self) -> tuple[_Link, bool]:
         """The most recently used idle connection that still looks alive (and True), or a
         new one (and False). Dead ones found on the way are closed."""
         idle = self._idle
         while idle:
-            conn = idle.pop()
-            if conn.is_available() and not conn.has_expired():
-                return conn, True
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
+            link = idle.pop()
+            if link.reusable_now():
+                return link, True
+            await link.aclose()
         return self._connect(), False
 
-    def _connect(self) -> httpcore2.AsyncHTTPConnection:
+    def _connect(self) -> _Link:
         self.connections_opened += 1
-        return httpcore2.AsyncHTTPConnection(
+        backend = _TrioNetworkBackend()
+        conn = httpcore2.AsyncHTTPConnection(
             self._origin,
             ssl_context=self._ssl_context,
             keepalive_expiry=self._keepalive_expiry,
             http1=True,
             http2=False,
-            network_backend=self._backend,
+            network_backend=backend,
         )
+        return _Link(conn, backend.wire)
 
-    async def _release(self, conn: httpcore2.AsyncHTTPConnection) -> None:
+    async def _release(self, link: _Link) -> None:
+        conn = link.conn
         reusable = conn.is_idle() and not conn.is_closed() and not self._closed
         if reusable and len(self._idle) < self._max_idle:
-            self._idle.append(conn)
+            self._idle.append(link)
             return
-        await conn.aclose()
+        await link.aclose()
 
     @property
     def idle_connections(self) -> int:
@@ -440,6 +507,13 @@ class UpstreamPool:
         """Close every idle connection; connections in use close when their response does."""
         self._closed = True
         idle, self._idle = self._idle, []
-        with trio.CancelScope(shield=True):
-            for conn in idle:
-                await conn.aclose()
+        for link in idle:
+            await link.aclose()
+
+
+def _never_sent(wire: _Wire, writes_before: int) -> bool:
+    """Whether a request that failed on ``wire`` provably never reached the upstream: no
+    write of it completed, and either none was tried (httpcore2 found the socket closed
+    first) or the first one -- the request head, a single small ``send`` -- failed, which a
+    reset socket does before the kernel takes a byte."""
+    return wire.writes == writes_before

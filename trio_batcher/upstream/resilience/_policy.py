@@ -59,8 +59,9 @@ def classify(exc: ProxyError) -> Failure:
     ``upstream_timeout`` is the transport's connect timeout (10 s; reads and writes have none,
     the request's deadline bounds them): retryable, and the deadline check decides whether
     another attempt fits. ``upstream_connection_error`` is an upstream that could not be reached
-    or whose connection broke (a kept-alive connection closed just as it was reused never
-    gets here: the pool sends such a request again itself).
+    or whose connection broke, including a reused connection closed after part of the request
+    went out: the upstream may have read and billed it, so only this policy may send it again
+    (the pool itself resends only a request that provably never left).
     """
     status = exc.upstream_status
     signal: Signal
