@@ -2,7 +2,7 @@
 
 An ``UpstreamClient`` sends through the app's shared ``UpstreamPool`` (keep-alive httpcore2
 connections to the one upstream origin, owned by the app lifespan; why not
-``httpx2.AsyncClient``: ``upstream_pool``) and turns every way a call can go wrong into a
+``httpx2.AsyncClient``: ``upstream.pool``) and turns every way a call can go wrong into a
 ``ProxyError`` the HTTP layer can send as it is: an upstream error status keeps its meaning
 (see ``translation.upstream_error``), a connection failure is a 502, a timeout a 504.
 
