@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import urlsplit
@@ -28,6 +29,17 @@ def model_name(raw: str) -> str:
 
 def optional_str(raw: str) -> str | None:
     return raw.strip() or None
+
+
+def deployment_id(raw: str) -> str | None:
+    """A name for a deployment's stored state: letters, digits, ``.``, ``_``, ``-``."""
+    value = raw.strip()
+    if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value):
+        raise ValueError(
+            "expected 1-64 letters, digits, '.', '_' or '-' (starting with a letter or "
+            f"digit), got {raw!r}"
+        )
+    return value or None
 
 
 def header_secret(raw: str) -> str | None:
