@@ -1,0 +1,175 @@
+"""Namespaces and privacy of the embedded stores, on real SQLite files: which deployment a
+gateway is, rows kept apart by it, an older data directory migrated and adopted, and the
+modes of everything created (0700 / 0600 whatever the umask)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_store_responses import NOW, record
+
+from trio_batcher.settings import Settings
+from trio_batcher.store import SQLiteBatchStore, SQLiteFileStore, SQLiteResponseStore
+from trio_batcher.store.data_dir import check_data_dir
+from trio_batcher.store.deployment import Deployment, deployment_of, simulated_id
+from trio_batcher.store.files import BATCH_INPUT
+from trio_batcher.tenants.sqlite_spend import SQLiteSpendStore
+
+REAL = Deployment("https://api.anthropic.com#0123456789ab", adopts_legacy=True)
+OTHER = Deployment("https://gateway.example#ba9876543210", adopts_legacy=True)
+SIMULATED = Deployment("simulated")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@contextmanager
+def umask(value: int) -> Iterator[None]:
+    old = os.umask(value)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_the_id_is_the_upstream_and_a_key_fingerprint_never_the_key() -> None:
+    key = "sk-ant-api03-secret-secret-secret"
+    one = deployment_of(
+        Settings(anthropic_base_url="https://API.anthropic.com:443/", anthropic_api_key=key)
+    )
+    assert one == deployment_of(
+        Settings(anthropic_base_url="https://api.anthropic.com", anthropic_api_key=key)
+    )
+    assert one.id.startswith("https://api.anthropic.com#") and key not in one.id
+    assert one.adopts_legacy and not one.simulated
+    assert key not in one.slug and "/" not in one.slug
+    rotated = deployment_of(Settings(anthropic_api_key=key + "2"))
+    assert rotated != one  # a new key is a new deployment...
+    kept = Settings(anthropic_api_key=key + "2", deployment_id="team-a")
+    assert (
+        deployment_of(kept).id == deployment_of(kept.replace(anthropic_api_key=key)).id == "team-a"
+    )
+    # ... serve --simulate is one deployment whatever port its simulator took, never a real one
+    sims = [
+        deployment_of(
+            Settings(
+                anthropic_base_url=f"http://127.0.0.1:{port}", deployment_id=simulated_id(None)
+            )
+        )
+        for port in (40001, 40002)
+    ]
+    assert sims[0] == sims[1] and sims[0].simulated and not sims[0].adopts_legacy
+    assert deployment_of(Settings(deployment_id=simulated_id("team-a"))).id == "simulated-team-a"
+
+
+async def test_two_deployments_on_one_file_see_only_their_own_responses(tmp_path: Path) -> None:
+    mine = SQLiteResponseStore(tmp_path, deployment=REAL)
+    theirs = SQLiteResponseStore(tmp_path, deployment=OTHER)
+    try:
+        await mine.put(record("resp_1", owner=""))
+        other = record("resp_2", owner="")  # the same item ids, the same (keyless) owner
+        await theirs.put(
+            type(other)(
+                **{**other.__dict__, "input_items": [{"id": "in_resp_1", "type": "message"}]}
+            )
+        )
+        assert await theirs.get("resp_1", "", NOW) is None
+        assert await theirs.chain("resp_1", "", NOW) is None
+        assert not await theirs.delete("resp_1", "")
+        assert (await mine.find_items(["in_resp_1"], "", NOW))["in_resp_1"]["role"] == "user"
+        assert "role" not in (await theirs.find_items(["in_resp_1"], "", NOW))["in_resp_1"]
+        page = await theirs.input_items("resp_1", "", NOW, limit=20, order="asc")
+        assert page is None
+        assert await theirs.purge_expired(NOW + 365 * 86_400) == 1  # its own only
+        assert await mine.get("resp_1", "", NOW) is not None
+    finally:
+        await mine.aclose()
+        await theirs.aclose()
+
+
+_OLD_SCHEMA = """
+CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, previous_id TEXT,
+    created_at REAL NOT NULL, expires_at REAL NOT NULL, response TEXT NOT NULL,
+    input_items TEXT NOT NULL);
+CREATE TABLE items (owner TEXT NOT NULL, id TEXT NOT NULL, response_id TEXT NOT NULL,
+    PRIMARY KEY (owner, id)) WITHOUT ROWID;
+"""
+
+
+async def test_an_older_data_directory_is_adopted_by_the_first_real_deployment_only(
+    tmp_path: Path,
+) -> None:
+    """Rows stored before deployments existed: a simulated gateway never takes them; the
+    first real one does, and another real one then sees nothing of them."""
+    db = sqlite3.connect(tmp_path / "responses.sqlite3")
+    db.executescript(_OLD_SCHEMA)
+    db.execute(
+        "INSERT INTO responses VALUES ('resp_old', '', NULL, ?, ?, ?, ?)",
+        (NOW, NOW + 86_400, '{"output":[{"id":"out_old"}]}', '[{"id":"in_old"}]'),
+    )
+    db.execute("INSERT INTO items VALUES ('', 'in_old', 'resp_old')")
+    db.commit()
+    db.close()
+    for deployment, sees in ((SIMULATED, False), (REAL, True), (OTHER, False), (REAL, True)):
+        store = SQLiteResponseStore(tmp_path, deployment=deployment)
+        try:
+            assert (await store.get("resp_old", "", NOW) is not None) is sees, deployment
+            assert bool(await store.find_items(["in_old"], "", NOW)) is sees, deployment
+        finally:
+            await store.aclose()
+    db = sqlite3.connect(tmp_path / "responses.sqlite3")
+    assert db.execute("SELECT deployment FROM items").fetchall() == [(REAL.id,)]
+    db.close()
+
+
+async def test_every_file_is_0600_and_every_directory_0700_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "state" / "data"
+    with umask(0):
+        responses = SQLiteResponseStore(data)
+        files = SQLiteFileStore(data)
+        batches = SQLiteBatchStore(data, files)
+        spend = SQLiteSpendStore(data)
+        try:
+            await responses.put(record("resp_1"))
+            async with files.write_file("alice", "in.jsonl", BATCH_INPUT) as sink:
+                await sink.write(b"{}\n")
+            await batches.unfinished()
+            await spend.add("alice", 1.0, NOW)
+            created = sorted(p.name for p in data.rglob("*"))
+            assert {"responses.sqlite3-wal", "responses.sqlite3-shm", "files"} <= set(created)
+            for path in (data, *data.rglob("*")):
+                assert mode(path) == (0o700 if path.is_dir() else 0o600), path
+        finally:
+            await responses.aclose()
+            await batches.aclose()
+            await files.aclose()
+            await spend.aclose()
+
+
+def test_the_default_directory_is_tightened_and_a_configured_one_reported(
+    tmp_path: Path,
+) -> None:
+    default, configured = tmp_path / "default", tmp_path / "configured"
+    for path in (default, configured):
+        path.mkdir()
+        path.chmod(0o755)  # what an older version made
+    assert check_data_dir(default, default=True) is None
+    assert mode(default) == 0o700
+    warning = check_data_dir(configured, default=False)
+    assert warning is not None and "chmod 700" in warning and str(configured) in warning
+    assert mode(configured) == 0o755  # not ours to change
+    fresh = tmp_path / "new" / "dir"
+    assert check_data_dir(fresh, default=False) is None and mode(fresh) == 0o700
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(NotADirectoryError):
+        check_data_dir(blocked, default=False)
