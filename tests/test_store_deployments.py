@@ -4,21 +4,29 @@ modes of everything created (0700 / 0600 whatever the umask)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_store_responses import NOW, record
 
 from trio_batcher.settings import Settings
-from trio_batcher.store import SQLiteBatchStore, SQLiteFileStore, SQLiteResponseStore
+from trio_batcher.store import (
+    SQLiteBatchStore,
+    SQLiteFileStore,
+    SQLiteResponseStore,
+    StoredResponse,
+)
 from trio_batcher.store.data_dir import check_data_dir
 from trio_batcher.store.deployment import Deployment, deployment_of, simulated_id
 from trio_batcher.store.files import BATCH_INPUT
+from trio_batcher.store.responses import UnknownCursor
 from trio_batcher.tenants.sqlite_spend import SQLiteSpendStore
 
 REAL = Deployment("https://api.anthropic.com#0123456789ab", adopts_legacy=True)
@@ -173,3 +181,91 @@ def test_the_default_directory_is_tightened_and_a_configured_one_reported(
     blocked.write_text("")
     with pytest.raises(NotADirectoryError):
         check_data_dir(blocked, default=False)
+
+
+def _reference_page(
+    items: list[dict[str, Any]], limit: int, order: str, after: str | None, before: str | None
+) -> tuple[list[dict[str, Any]], bool] | str:
+    """The page as the route cut it from the whole list in Python, before SQLite did."""
+    ordered = items if order == "asc" else items[::-1]
+    ids = [item.get("id") for item in ordered]
+    start, end = 0, len(ordered)
+    for cursor, name in ((after, "after"), (before, "before")):
+        if cursor is not None and cursor not in ids:
+            return name
+    if after is not None:
+        start = ids.index(after) + 1
+    if before is not None:
+        end = ids.index(before)
+    window = ordered[start:end]
+    if before is not None and after is None:
+        return window[-limit:], len(window) > limit
+    return window[:limit], len(window) > limit
+
+
+async def test_input_items_pages_match_the_whole_list_cut_in_python(tmp_path: Path) -> None:
+    """Every order, limit and pair of cursors over a three-turn conversation (repeated ids,
+    a turn without output, an item without an id): the page SQLite cuts is the one Python
+    cut from the whole list; then a lost ancestor leaves the last turn's own input."""
+    store = SQLiteResponseStore(tmp_path, deployment=REAL)
+    turns = [
+        ("resp_a", None, ["a1", "a2"], ["oa1"]),
+        ("resp_b", "resp_a", ["b1", "dup", "dup"], []),
+        ("resp_c", "resp_b", ["c1", None, "c3"], ["oc1"]),
+    ]
+    try:
+        for rid, previous, inputs, outputs in turns:
+            await store.put(
+                StoredResponse(
+                    id=rid,
+                    owner="",
+                    created_at=NOW,
+                    expires_at=NOW + 86_400,
+                    previous_id=previous,
+                    response={"id": rid, "output": [{"id": o, "type": "message"} for o in outputs]},
+                    input_items=[
+                        {"type": "message", "text": 'é\\"', **({"id": i} if i else {})}
+                        for i in inputs
+                    ],
+                )
+            )
+        whole = [
+            *[{"id": i} for i in ("a1", "a2", "oa1", "b1", "dup", "dup")],
+            {"id": "c1"},
+            {},
+            {"id": "c3"},
+        ]
+        cursors = [None, "a1", "oa1", "dup", "c3", "nope"]
+        for order in ("asc", "desc"):
+            for limit in (1, 2, 4, 20):
+                for after in cursors:
+                    for before in cursors:
+                        want = _reference_page(whole, limit, order, after, before)
+                        try:
+                            got = await store.input_items(
+                                "resp_c",
+                                "",
+                                NOW,
+                                limit=limit,
+                                order=order,
+                                after=after,
+                                before=before,
+                            )
+                        except UnknownCursor as exc:
+                            assert want == exc.param
+                            continue
+                        assert got is not None and not isinstance(want, str)
+                        data = [json.loads(text) for text in got.items]
+                        assert [d.get("id") for d in data] == [w.get("id") for w in want[0]]
+                        assert got.has_more is want[1]
+                        assert got.first_id == (want[0][0].get("id") if want[0] else None)
+                        assert got.last_id == (want[0][-1].get("id") if want[0] else None)
+        page = await store.input_items("resp_c", "", NOW, limit=1, order="asc")
+        assert page is not None and json.loads(page.items[0])["text"] == 'é\\"'
+        assert await store.delete("resp_a", "")
+        broken = await store.input_items("resp_c", "", NOW, limit=20, order="asc")
+        assert broken is not None and broken.first_id == "c1" and broken.last_id == "c3"
+        assert len(broken.items) == 3
+        assert await store.input_items("resp_x", "", NOW, limit=20, order="asc") is None
+    finally:
+        await store.aclose()
