@@ -70,7 +70,7 @@ BAD_VALUES = [
     ("ANTHROPIC_API_KEY", "sk-ant-a\nb", "printable ASCII"),
     ("PROXY_API_KEYS", "k1,cl\u00e9", "printable ASCII"),
     ("METRICS_TOKEN", "t\u00f6ken", "printable ASCII"),
-    ("DEPLOYMENT_ID", "team a/b", "letters, digits"),
+    ("DEPLOYMENT_ID", "team a", "no spaces"),
 ]
 
 

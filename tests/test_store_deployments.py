@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from test_store_responses import NOW, record
 
+from trio_batcher.edge.openai_batches import new_batch
 from trio_batcher.settings import Settings
 from trio_batcher.store import (
     SQLiteBatchStore,
@@ -269,3 +270,33 @@ async def test_input_items_pages_match_the_whole_list_cut_in_python(tmp_path: Pa
         assert await store.input_items("resp_x", "", NOW, limit=20, order="asc") is None
     finally:
         await store.aclose()
+
+
+async def test_a_deployment_polls_counts_and_purges_only_its_own_batches(tmp_path: Path) -> None:
+    files = SQLiteFileStore(tmp_path, deployment=REAL)
+    mine = SQLiteBatchStore(tmp_path, files, deployment=REAL)
+    theirs = SQLiteBatchStore(tmp_path, files, deployment=OTHER)
+    try:
+        running = await theirs.create(
+            "", new_batch("file-x", "/v1/chat/completions", None, None, 1)
+        )
+        ended = await theirs.create(
+            "",
+            {
+                **new_batch("file-y", "/v1/chat/completions", None, None, 1),
+                "status": "failed",
+                "failed_at": 1,
+            },
+        )
+        assert await mine.unfinished() == [] and await mine.status_counts() == {}
+        assert await mine.get("", running.id) is None
+        assert (await mine.list("")).data == []
+        assert await mine.purge_finished(NOW, 0) == 0
+        assert await mine.others_unfinished() == {OTHER.id: 1}
+        assert [r.id for r in await theirs.unfinished()] == [running.id]
+        assert await theirs.purge_finished(NOW, 0) == 1
+        assert await theirs.get("", ended.id) is None
+    finally:
+        await mine.aclose()
+        await theirs.aclose()
+        await files.aclose()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import urlsplit
@@ -32,13 +31,16 @@ def optional_str(raw: str) -> str | None:
 
 
 def deployment_id(raw: str) -> str | None:
-    """A name for a deployment's stored state: letters, digits, ``.``, ``_``, ``-``."""
+    """A name for a deployment's stored state: printable ASCII without spaces, such as
+    ``team-a`` or the id a gateway logged at startup (``https://api.anthropic.com#…``)."""
     value = raw.strip()
-    if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value):
-        raise ValueError(
-            "expected 1-64 letters, digits, '.', '_' or '-' (starting with a letter or "
-            f"digit), got {raw!r}"
-        )
+    if value and not (
+        len(value) <= 200
+        and value.isascii()
+        and value.isprintable()
+        and not any(c.isspace() for c in value)
+    ):
+        raise ValueError(f"expected up to 200 printable ASCII characters, no spaces, got {raw!r}")
     return value or None
 
 

@@ -244,7 +244,8 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         None,
         "The namespace of this gateway's state in DATA_DIR; unset = the upstream's "
         "identity (ANTHROPIC_BASE_URL and a fingerprint of ANTHROPIC_API_KEY). Set it to "
-        "keep a deployment's batches and responses across a key rotation.",
+        "keep a deployment's batches and responses across a key rotation (a name, or the id "
+        "logged at startup).",
     ),
     SettingSpec(
         "RESPONSES_RETENTION_DAYS",

@@ -46,7 +46,13 @@ from .offline import BatchPoller, purge_batches_periodically
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
 from .settings import Settings
-from .store import SQLiteBatchStore, SQLiteFileStore, SQLiteResponseStore, resolve_data_dir
+from .store import (
+    SQLiteBatchStore,
+    SQLiteFileStore,
+    SQLiteResponseStore,
+    StoreUnavailable,
+    resolve_data_dir,
+)
 from .store.data_dir import check_data_dir
 from .store.deployment import deployment_of
 from .store.purge import purge_expired_periodically
@@ -135,6 +141,25 @@ class ProxyApp(QuartTrio):
             await rt.gate.wait_idle()
 
 
+async def _report_other_deployments(batches: SQLiteBatchStore, deployment_id: str) -> None:
+    """Say at startup that the data directory holds other deployments' unfinished batches,
+    which this gateway leaves alone: after a key rotation without ``DEPLOYMENT_ID``, that is
+    where the old key's batches went."""
+    try:
+        others = await batches.others_unfinished()
+    except StoreUnavailable:
+        return  # the poller and every batch route report the store's failure
+    for other, count in sorted(others.items()):
+        log.info(
+            "DATA_DIR also holds %d unfinished batches of deployment %s; this one (%s) "
+            "leaves them alone (set DEPLOYMENT_ID=%s to take them over)",
+            count,
+            other or "(stored before deployments; no real gateway has started here since)",
+            deployment_id,
+            other or "<id>",
+        )
+
+
 def create_app(settings: Settings | None = None) -> ProxyApp:
     """A new proxy app. Serve it with ``trio_batcher.serving.serve_app`` or hypercorn."""
     settings = settings if settings is not None else Settings.from_env()
@@ -221,6 +246,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         )
         await app.nursery.start(app.batch_poller.run)
         app.nursery.start_soon(purge_batches_periodically, batches, settings.batch_retention_days)
+        app.nursery.start_soon(_report_other_deployments, batches, deployment.id)
         if rt.prometheus is not None:
             rt.prometheus.collector_registry.register(BatchStatusCollector(batch_status))
         app.runtime = rt

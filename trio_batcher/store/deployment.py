@@ -12,8 +12,9 @@ or a new base URL); else the upstream's identity: the normalised ``ANTHROPIC_BAS
 a 12-hex-digit SHA-256 fingerprint of ``ANTHROPIC_API_KEY`` -- never the key, and nothing a
 key can be recovered from. ``serve --simulate`` sets ``simulated`` (``simulated-<id>`` with
 a ``DEPLOYMENT_ID``), whatever port its in-process simulator took, so a restart keeps its
-namespace; ``simulated`` ids are refused for a real upstream, and a derived id holds
-``://``, which a configured one cannot, so the two kinds never meet.
+namespace; ``simulated`` ids are refused for a real upstream (``cli``). A configured id may be a derived
+one, as logged at startup: that is how a gateway whose key was rotated takes the old
+key's namespace over.
 
 Rows stored before deployments were recorded belong to none (``deployment = ''``). The
 first real (not simulated) deployment to open the store adopts them; a simulated one never

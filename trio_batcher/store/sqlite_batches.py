@@ -224,6 +224,24 @@ class SQLiteBatchStore:
 
         return {str(status): int(count) for status, count in await self._db.run(read)}
 
+    async def others_unfinished(self) -> dict[str, int]:
+        """Unfinished batches of the other deployments in this file, by deployment (``''``:
+        stored before deployments were recorded): what a gateway reports at startup, since
+        after a key rotation without ``DEPLOYMENT_ID`` its old batches are someone else's."""
+        if not self._db.exists():
+            return {}
+        active = sorted(ACTIVE_STATUSES)
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            marks = ",".join("?" * len(active))
+            return db.execute(
+                f"SELECT deployment, count(*) FROM batches WHERE deployment != ?"
+                f" AND status IN ({marks}) GROUP BY deployment",
+                (self._deployment.id, *active),
+            ).fetchall()
+
+        return {str(name): int(count) for name, count in await self._db.run(read)}
+
     async def add_requests(self, batch_id: str, requests: Sequence[BatchRequest]) -> None:
         if requests:
             await self._db.run(lambda db: lines.add_requests(db, batch_id, requests))
