@@ -158,19 +158,20 @@ async def test_two_proxies_on_one_data_directory_send_each_batch_once(tmp_path: 
 
 async def test_a_message_batch_the_upstream_no_longer_knows_fails_the_batch(tmp_path: Path) -> None:
     """The proxy comes back pointed at an upstream that never saw its Message Batch (another
-    account, a base URL changed): after a few 404s in a row the batch fails, saying so,
-    instead of asking forever."""
+    account, a base URL changed, one deployment kept by its DEPLOYMENT_ID): after a few 404s
+    in a row the batch fails, saying so, instead of asking forever."""
     config = SimulatorConfig(batch_processing_s=30.0)
     async with running_simulator(config) as first:
-        settings = proxy_settings(first, data_dir=str(tmp_path))
+        settings = proxy_settings(first, data_dir=str(tmp_path), deployment_id="team-a")
         async with running_proxy(settings) as url:
             client = openai_client(url)
             batch = await create(client, line("only", 0))
             with trio.fail_after(10):
                 while (await client.batches.retrieve(batch.id)).status != "in_progress":  # noqa: ASYNC110
                     await trio.sleep(0.02)
-    async with running_simulator(config) as other:  # noqa: SIM117
-        async with running_proxy(proxy_settings(other, data_dir=str(tmp_path))) as url:
+    async with running_simulator(config) as other:
+        moved = proxy_settings(other, data_dir=str(tmp_path), deployment_id="team-a")
+        async with running_proxy(moved) as url:
             done = await until_final(openai_client(url), batch.id)
     assert done.status == "failed"
     assert [e.code for e in done.errors.data] == ["upstream_batch_missing"]

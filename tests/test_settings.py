@@ -70,6 +70,7 @@ BAD_VALUES = [
     ("ANTHROPIC_API_KEY", "sk-ant-a\nb", "printable ASCII"),
     ("PROXY_API_KEYS", "k1,cl\u00e9", "printable ASCII"),
     ("METRICS_TOKEN", "t\u00f6ken", "printable ASCII"),
+    ("DEPLOYMENT_ID", "team a", "no spaces"),
 ]
 
 
@@ -143,6 +144,8 @@ CLI_FAILURES = [
     (("serve", "--simulate", "--batch-max-size", "-2"), {}, "--batch-max-size"),
     (("serve",), {}, "--simulate"),
     (("serve", "--simulate", "--host", "0.0.0.0"), {}, "PROXY_API_KEYS"),
+    # A real upstream's state never goes into serve --simulate's namespace.
+    (("serve",), {"ANTHROPIC_API_KEY": "sk-ant-x", "DEPLOYMENT_ID": "simulated"}, "DEPLOYMENT_ID"),
     # Checked inside trio (the embedded simulator's config), where exits come out wrapped.
     (("serve", "--simulate", "--port", "0", "--sim-jitter", "2"), {}, "jitter"),
     (("serve", "--simulate", "--port", "0", "--sim-seed", "-1"), {}, "--sim-seed"),

@@ -30,6 +30,20 @@ def optional_str(raw: str) -> str | None:
     return raw.strip() or None
 
 
+def deployment_id(raw: str) -> str | None:
+    """A name for a deployment's stored state: printable ASCII without spaces, such as
+    ``team-a`` or the id a gateway logged at startup (``https://api.anthropic.com#…``)."""
+    value = raw.strip()
+    if value and not (
+        len(value) <= 200
+        and value.isascii()
+        and value.isprintable()
+        and not any(c.isspace() for c in value)
+    ):
+        raise ValueError(f"expected up to 200 printable ASCII characters, no spaces, got {raw!r}")
+    return value or None
+
+
 def header_secret(raw: str) -> str | None:
     """A key sent as an HTTP header: printable ASCII. The value is never put in the error."""
     value = raw.strip()

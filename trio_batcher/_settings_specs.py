@@ -233,8 +233,19 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "data_dir",
         parsers.optional_str,
         None,
-        "Directory for embedded state (stored Responses), created on first use; unset = "
-        "$XDG_DATA_HOME/trio-batcher, else ~/.local/share/trio-batcher.",
+        "Directory for embedded state (stored Responses, batch files, batches), created "
+        "mode 0700 on first use; unset = $XDG_DATA_HOME/trio-batcher, else "
+        "~/.local/share/trio-batcher.",
+    ),
+    SettingSpec(
+        "DEPLOYMENT_ID",
+        "deployment_id",
+        parsers.deployment_id,
+        None,
+        "The namespace of this gateway's state in DATA_DIR; unset = the upstream's "
+        "identity (ANTHROPIC_BASE_URL and a fingerprint of ANTHROPIC_API_KEY). Set it to "
+        "keep a deployment's batches and responses across a key rotation (a name, or the id "
+        "logged at startup).",
     ),
     SettingSpec(
         "RESPONSES_RETENTION_DAYS",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import Any, Final, final
 
 import trio
@@ -45,7 +46,15 @@ from .offline import BatchPoller, purge_batches_periodically
 from .runtime import Runtime
 from .serving import tidy_heap_periodically
 from .settings import Settings
-from .store import SQLiteBatchStore, SQLiteFileStore, SQLiteResponseStore, resolve_data_dir
+from .store import (
+    SQLiteBatchStore,
+    SQLiteFileStore,
+    SQLiteResponseStore,
+    StoreUnavailable,
+    resolve_data_dir,
+)
+from .store.data_dir import check_data_dir
+from .store.deployment import deployment_of
 from .store.purge import purge_expired_periodically
 from .tenants import TenantsWatcher
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
@@ -57,6 +66,7 @@ log = logging.getLogger("trio_batcher")
 _JSON: Final = "application/json"
 # After the grace period, how long the answers to cancelled requests may take to go out.
 _ANSWER_MARGIN_S: Final = 2.0
+WORK_DIR: Final = "batch-work"  # under DATA_DIR: each deployment's poller lock and spools
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -131,16 +141,38 @@ class ProxyApp(QuartTrio):
             await rt.gate.wait_idle()
 
 
+async def _report_other_deployments(batches: SQLiteBatchStore, deployment_id: str) -> None:
+    """Say at startup that the data directory holds other deployments' unfinished batches,
+    which this gateway leaves alone: after a key rotation without ``DEPLOYMENT_ID``, that is
+    where the old key's batches went."""
+    try:
+        others = await batches.others_unfinished()
+    except StoreUnavailable:
+        return  # the poller and every batch route report the store's failure
+    for other, count in sorted(others.items()):
+        log.info(
+            "DATA_DIR also holds %d unfinished batches of deployment %s; this one (%s) "
+            "leaves them alone (set DEPLOYMENT_ID=%s to take them over)",
+            count,
+            other or "(stored before deployments; no real gateway has started here since)",
+            deployment_id,
+            other or "<id>",
+        )
+
+
 def create_app(settings: Settings | None = None) -> ProxyApp:
     """A new proxy app. Serve it with ``trio_batcher.serving.serve_app`` or hypercorn."""
     settings = settings if settings is not None else Settings.from_env()
     app = ProxyApp("trio_batcher")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
-    # Opened on first use: a gateway that never stores a response never touches the disk.
-    responses = SQLiteResponseStore(resolve_data_dir(settings.data_dir))
-    files = SQLiteFileStore(resolve_data_dir(settings.data_dir))
-    batches = SQLiteBatchStore(resolve_data_dir(settings.data_dir), files)
+    # Opened on first use. Everything stored is this deployment's and invisible to any
+    # other sharing the data directory (store.deployment).
+    data_dir = resolve_data_dir(settings.data_dir)
+    deployment = deployment_of(settings)
+    responses = SQLiteResponseStore(data_dir, deployment=deployment)
+    files = SQLiteFileStore(data_dir, deployment=deployment)
+    batches = SQLiteBatchStore(data_dir, files, deployment=deployment)
     # Who is who: PROXY_API_KEYS and the tenants file (validated by Settings.check, so a
     # bad file has already stopped `serve`; here it raises). Reloaded while serving.
     tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
@@ -176,6 +208,15 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     @app.before_serving
     async def _startup() -> None:
+        try:
+            warning = await trio.to_thread.run_sync(
+                partial(check_data_dir, data_dir, default=settings.data_dir is None)
+            )
+        except OSError as exc:  # every request that needs the store will say so too
+            log.warning("DATA_DIR %s is not usable: %s", data_dir, exc)
+        else:
+            if warning is not None:
+                log.warning("%s", warning)
         rt = Runtime(settings, tenants)
         rt.gc_pauses.install()
         await app.nursery.start(tenants.run)
@@ -198,18 +239,22 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 default_max_tokens=settings.default_max_tokens,
                 anthropic_version=settings.anthropic_version,
             ),
-            resolve_data_dir(settings.data_dir) / "batch-work",
+            data_dir / WORK_DIR / deployment.slug,
             on_usage=rt.record_batch_usage,
+            legacy_work_dir=data_dir / WORK_DIR if deployment.adopts_legacy else None,
             max_file_requests=settings.batch_file_max_requests,
         )
         await app.nursery.start(app.batch_poller.run)
         app.nursery.start_soon(purge_batches_periodically, batches, settings.batch_retention_days)
+        app.nursery.start_soon(_report_other_deployments, batches, deployment.id)
         if rt.prometheus is not None:
             rt.prometheus.collector_registry.register(BatchStatusCollector(batch_status))
         app.runtime = rt
         log.info(
-            "trio-batcher ready: upstream %s, batching %s, gate %s",
+            "trio-batcher ready: upstream %s, state %s (deployment %s), batching %s, gate %s",
             settings.anthropic_base_url,
+            data_dir,
+            deployment.id,
             "on" if settings.batch_enabled else "off",
             settings.max_inflight or "off",
         )

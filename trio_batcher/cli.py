@@ -25,6 +25,7 @@ from .bench import add_bench_parser, run_bench
 from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
+from .store.deployment import is_simulated, simulated_id
 from .tenants import load_tenants
 from .tenants.keys_cli import add_keys_parser, run_keys
 from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
@@ -260,7 +261,11 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
         sim_stop = trio.Event()
         if args.simulate:
             upstream = await _start_simulator(args, nursery, sim_stop)
-            settings = settings.replace(anthropic_base_url=upstream, anthropic_api_key=_SIM_KEY)
+            settings = settings.replace(
+                anthropic_base_url=upstream,
+                anthropic_api_key=_SIM_KEY,
+                deployment_id=simulated_id(settings.deployment_id),
+            )
             upstream += " (simulated)"
         app = create_app(settings)
         async with trio.open_nursery() as server:
@@ -302,7 +307,11 @@ async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
         if args.simulate:
             # One simulator for every worker, in this process: it outlives their drain.
             upstream = await _start_simulator(args, nursery, sim_stop)
-            overrides.update(ANTHROPIC_BASE_URL=upstream, ANTHROPIC_API_KEY=_SIM_KEY)
+            overrides.update(
+                ANTHROPIC_BASE_URL=upstream,
+                ANTHROPIC_API_KEY=_SIM_KEY,
+                DEPLOYMENT_ID=simulated_id(settings.deployment_id),
+            )
             upstream += " (simulated)"
         plan = serve_plan(
             args.workers,
@@ -367,6 +376,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 _fail(
                     "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
                     "`trio-batcher serve --simulate` (a built-in simulated upstream)."
+                )
+            if not args.simulate and is_simulated(settings.deployment_id):
+                _fail(
+                    f"DEPLOYMENT_ID {settings.deployment_id!r} is reserved for `serve "
+                    "--simulate`, whose state never mixes with a real upstream's; choose "
+                    "another name."
                 )
             if (
                 not _is_loopback(args.host)

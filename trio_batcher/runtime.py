@@ -31,6 +31,7 @@ from .pipeline.core import Pipeline
 from .pipeline.tenancy import TenantGuard
 from .settings import Settings
 from .store import resolve_data_dir
+from .store.deployment import deployment_of
 from .tenants import ANONYMOUS, SpendStore, SQLiteSpendStore, TenantRateLimits, TenantsWatcher
 from .tenants.ledger import SpendLedger
 from .upstream.client import UpstreamClient, new_upstream_pool
@@ -191,7 +192,10 @@ class Runtime:
         store: SpendStore = (
             RedisSpendStore(link)
             if link is not None
-            else SQLiteSpendStore(resolve_data_dir(self.settings.data_dir))
+            else SQLiteSpendStore(
+                resolve_data_dir(self.settings.data_dir),
+                simulated=deployment_of(self.settings).simulated,
+            )
         )
         ledger = SpendLedger(store)
         directory = self.tenants.directory

@@ -71,6 +71,7 @@ class Settings:
     keepalive_timeout_s: float = 5.0
     heap_trim_interval_s: float = 30.0
     data_dir: str | None = None
+    deployment_id: str | None = None
     responses_retention_days: float = 30.0
     batch_retention_days: float = 30.0
     batch_file_max_requests: int = 50_000

@@ -9,23 +9,23 @@ cannot learn whether someone else's id exists.
 ``input_items`` lists what produced the response: the earlier turns' inputs and outputs
 (when it continued a ``previous_response_id``) and then its own input, paged by item id
 the way OpenAI's cursor lists are (``limit`` 1-100, default 20; ``order`` ``desc`` by
-default; ``after`` / ``before`` an item id of the list).
+default; ``after`` / ``before`` an item id of the list). The store cuts the page
+(``store._items``), so a conversation of many megabytes is never parsed here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from quart import Blueprint, Response, request
 
 from ..errors import ProxyError, invalid_request
 from ..store import ResponseStore, StoredResponse
-from ..store.responses import ChainBroken
+from ..store.responses import ItemsPage, UnknownCursor
 from ..translation.openai_responses import client_view
-from .http import openai_list
 from .openai_responses import reading_the_store, request_owner
 
 __all__ = ["responses_blueprint"]
@@ -70,30 +70,28 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
 
     @routes.get("/v1/responses/<response_id>/input_items")
     async def input_items(response_id: str) -> Response:
-        page = _page_params(request.args)
+        limit, order, after, before = _page_params(request.args)
         try:
             with reading_the_store():
-                chain = await store.chain(response_id, owner(), time.time())
-        except ChainBroken:
-            chain = None
-            record = await visible(response_id)  # 404 if the response itself is gone
-            items = list(record.input_items)
-        else:
-            if chain is None:
-                raise _not_found(response_id)
-            items = _items_of(chain)
-        return _json(_list_page(items, *page))
+                page = await store.input_items(
+                    response_id,
+                    owner(),
+                    time.time(),
+                    limit=limit,
+                    order=order,
+                    after=after,
+                    before=before,
+                )
+        except UnknownCursor as exc:
+            raise invalid_request(
+                f"No input item with id '{exc.cursor}' in this response's list.",
+                param=exc.param,
+            ) from None
+        if page is None:
+            raise _not_found(response_id)
+        return Response(_list_text(page), status=200, content_type="application/json")
 
     return routes
-
-
-def _items_of(chain: Sequence[StoredResponse]) -> list[dict[str, Any]]:
-    """Every earlier turn's input and output, then the last turn's input only."""
-    items: list[dict[str, Any]] = []
-    for record in chain[:-1]:
-        items.extend(record.items())
-    items.extend(chain[-1].input_items)
-    return items
 
 
 def _page_params(args: Mapping[str, str]) -> tuple[int, str, str | None, str | None]:
@@ -114,32 +112,14 @@ def _page_params(args: Mapping[str, str]) -> tuple[int, str, str | None, str | N
     return limit, order, args.get("after"), args.get("before")
 
 
-def _list_page(
-    items: list[dict[str, Any]], limit: int, order: str, after: str | None, before: str | None
-) -> dict[str, Any]:
-    ordered = items if order == "asc" else items[::-1]
-    ids = [item.get("id") for item in ordered]
-    start, end = 0, len(ordered)
-    if after is not None:
-        start = _cursor(ids, after, "after") + 1
-    if before is not None:
-        end = _cursor(ids, before, "before")
-    window = ordered[start:end]
-    if before is not None and after is None:
-        # Paging backwards: the page is the ``limit`` items just before the cursor.
-        data, has_more = window[-limit:], len(window) > limit
-    else:
-        data, has_more = window[:limit], len(window) > limit
-    return openai_list(data, has_more)
-
-
-def _cursor(ids: list[Any], cursor: str, param: str) -> int:
-    try:
-        return ids.index(cursor)
-    except ValueError:
-        raise invalid_request(
-            f"No input item with id '{cursor}' in this response's list.", param=param
-        ) from None
+def _list_text(page: ItemsPage) -> str:
+    """``openai_list``'s shape, with the items' stored JSON text copied in as it is: a page
+    of large items is never parsed and serialised again on the event loop."""
+    ids = json.dumps(page.first_id), json.dumps(page.last_id)
+    return (
+        f'{{"object":"list","data":[{",".join(page.items)}],"first_id":{ids[0]},'
+        f'"last_id":{ids[1]},"has_more":{"true" if page.has_more else "false"}}}'
+    )
 
 
 def _not_found(response_id: str) -> ProxyError:

@@ -36,7 +36,7 @@ from ..translation.openai_batch import (
 )
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
-from ._records import Spool, checked_lines, gateway_state, save
+from ._records import Spool, checked_lines, gateway_state, open_spool, save
 
 __all__ = ["Deliverer", "UsageSink"]
 
@@ -85,8 +85,7 @@ class Deliverer:
     async def _spool_results(self, record: BatchRecord, path: Path) -> None:
         """Every part's results into ``path``, each indexed by its upstream id."""
         await self._batches.clear_results(record.id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle: IO[bytes] = await trio.to_thread.run_sync(path.open, "wb")
+        handle: IO[bytes] = await trio.to_thread.run_sync(open_spool, path)
         try:
             buffer = bytearray()
             index: list[tuple[str, int, int]] = []

@@ -14,10 +14,13 @@ each batch one step:
 3. When every part has ended: ``Deliverer`` writes the results, in input order, into an
    output and an error file, and the batch takes its final status in one write.
 
-One poller per data directory: under ``serve --workers N`` every worker runs this task, but
-only the one holding ``poller.lock`` (an ``flock`` the kernel drops with its holder) polls;
-the others try again every ``LEADER_RETRY_S``, so a worker that dies hands over within
-seconds. Two pollers stepping one batch would create its Message Batches twice.
+One poller per deployment (``store.deployment``): under ``serve --workers N`` every worker
+runs this task, but only the one holding ``poller.lock`` in the deployment's own work
+directory (``DATA_DIR/batch-work/<deployment>``; an ``flock`` the kernel drops with its
+holder) polls; the others try again every ``LEADER_RETRY_S``, so a worker that dies hands
+over within seconds. Two pollers stepping one batch would create its Message Batches twice.
+Another deployment sharing the data directory has its own lock and sees only its own
+batches (the store filters), so it never steps, fails or delivers this one's.
 
 Back-off: after a round in which nothing changed, the next one waits twice as long, from
 ``first_poll_s`` to ``max_poll_s``; any change, a new batch or a cancel (``wake``) starts
@@ -45,6 +48,7 @@ import trio
 
 from ..errors import ProxyError
 from ..store import BatchConflict, BatchRecord, BatchStore, FileStore
+from ..store.data_dir import open_private, private_dir
 from ..translation.openai_batch import (
     MAX_BATCH_BYTES,
     MAX_BATCH_REQUESTS,
@@ -55,7 +59,7 @@ from ..translation.openai_batch import (
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
 from ._deliver import Deliverer, UsageSink
-from ._records import BatchFailed, clear_spools, gateway_state, save
+from ._records import WORK_LEVELS, BatchFailed, clear_spools, gateway_state, save
 from ._submit import MAX_REPORTED_ERRORS, Submitter
 
 __all__ = [
@@ -84,8 +88,11 @@ class BatchPoller:
     """Drives every unfinished batch; ``run`` it in the app's nursery, ``wake`` it on news.
 
     Args:
-      work_dir: where spool files go (the data directory's ``batch-work``) and the lock
-        that elects one poller among the processes sharing it.
+      work_dir: where spool files go (``DATA_DIR/batch-work/<deployment>``) and the lock
+        that elects one poller among the processes of the deployment.
+      legacy_work_dir: ``DATA_DIR/batch-work`` itself, where versions before deployments
+        left spool files; cleared once, under its old lock, by the deployment that adopts
+        the legacy batches.
       max_file_requests: requests an input file may hold (``BATCH_FILE_MAX_REQUESTS``).
     """
 
@@ -98,6 +105,7 @@ class BatchPoller:
         work_dir: Path,
         *,
         on_usage: UsageSink | None = None,
+        legacy_work_dir: Path | None = None,
         first_poll_s: float = 0.25,
         max_poll_s: float = 60.0,
         max_file_requests: int = MAX_FILE_LINES,
@@ -107,6 +115,7 @@ class BatchPoller:
         self._batches = batches
         self._upstream = upstream
         self._work_dir = work_dir
+        self._legacy_work_dir = legacy_work_dir
         self._submitter = Submitter(
             batches,
             files,
@@ -142,6 +151,8 @@ class BatchPoller:
             # Spool files are a step's scratch; any here are a crashed leader's.
             try:
                 await trio.to_thread.run_sync(clear_spools, self._work_dir)
+                if self._legacy_work_dir is not None:
+                    await trio.to_thread.run_sync(_clear_legacy_spools, self._legacy_work_dir)
             except OSError as exc:
                 log.warning("stale batch spool files could not be removed: %s", exc)
             wait = self._first_poll_s
@@ -203,8 +214,8 @@ class BatchPoller:
             raise
 
     def _open_lock(self) -> int:
-        self._work_dir.mkdir(parents=True, exist_ok=True)
-        return os.open(self._work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        private_dir(self._work_dir, WORK_LEVELS)
+        return open_private(self._work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT)
 
     async def poll_once(self) -> bool:
         """One step for every unfinished batch; whether any of them changed."""
@@ -341,3 +352,19 @@ class BatchPoller:
             raise BatchFailed(record.id) from None
         self._missing.pop(upstream_id, None)
         return found
+
+
+def _clear_legacy_spools(legacy_dir: Path) -> None:
+    """Spool files a poller of a version before deployments left in ``legacy_dir``, removed
+    if no such poller holds its lock now (blocking: run it in a thread)."""
+    if not legacy_dir.is_dir():
+        return
+    fd = open_private(legacy_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # an older gateway still polls there: its files are its own
+        clear_spools(legacy_dir)
+    finally:
+        os.close(fd)

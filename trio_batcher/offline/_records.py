@@ -3,17 +3,31 @@ saves, an input file read through the line checker, and the spool files on disk.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any, final
+from typing import IO, Any, Final, final
 
 import trio
 
 from ..store import BatchConflict, BatchRecord, BatchStore, FileStore
+from ..store.data_dir import open_private, private_dir
 from ..translation.openai_batch import BatchLine, LineChecker, LineError
 
-__all__ = ["BatchFailed", "Spool", "checked_lines", "clear_spools", "gateway_state", "save"]
+__all__ = [
+    "WORK_LEVELS",
+    "BatchFailed",
+    "Spool",
+    "checked_lines",
+    "clear_spools",
+    "gateway_state",
+    "open_spool",
+    "save",
+]
+
+# The work directory is DATA_DIR/batch-work/<deployment>: the levels made private (0700).
+WORK_LEVELS: Final = 3
 
 
 @final
@@ -71,6 +85,13 @@ class Spool:
 
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(remove)
+
+
+def open_spool(path: Path) -> IO[bytes]:
+    """A spool file, truncated, mode 0600 in a 0700 directory: it holds a batch's prompts or
+    results (blocking: run it in a thread)."""
+    private_dir(path.parent, WORK_LEVELS)
+    return os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb")
 
 
 def clear_spools(work_dir: Path) -> None:

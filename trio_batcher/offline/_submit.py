@@ -41,7 +41,7 @@ from ..translation.openai_batch._split import BODY_PREFIX, BODY_SUFFIX
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
 from ..upstream.file_body import FileBody
-from ._records import BatchFailed, Spool, checked_lines, gateway_state, save
+from ._records import BatchFailed, Spool, checked_lines, gateway_state, open_spool, save
 
 __all__ = ["MAX_REPORTED_ERRORS", "Submitter"]
 
@@ -209,15 +209,10 @@ class Submitter:
         try:
             created = await self._upstream.create(body)
         except ProxyError as exc:
-            if exc.status == 429 or exc.status >= 500:
-                raise
+            if not _refused(exc):
+                raise  # the upstream is busy or down: the next round tries again
             now = int(time.time())
-            refused = {
-                "object": "list",
-                "data": [
-                    _error("upstream_refused", f"The upstream refused the batch: {exc.message}")
-                ],
-            }
+            refused = {"object": "list", "data": [_refusal(exc)]}
             await save(
                 self._batches,
                 record,
@@ -276,15 +271,11 @@ class _Body:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(handle.close)
 
-    def _open(self) -> IO[bytes]:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        return self._path.open("wb")
-
     async def _flush(self) -> None:
         data = bytes(self._buffer)
         self._buffer.clear()
         if self._handle is None:
-            self._handle = await trio.to_thread.run_sync(self._open)
+            self._handle = await trio.to_thread.run_sync(open_spool, self._path)
         await trio.to_thread.run_sync(self._handle.write, data)
 
 
@@ -319,6 +310,23 @@ class _Errors:
             by_line[entry["line"], entry["code"] in _FILE_LIMITS] = entry
         self._entries = sorted(by_line.values(), key=lambda e: e["line"] or 0)
         del self._entries[MAX_REPORTED_ERRORS:]
+
+
+def _refused(exc: ProxyError) -> bool:
+    """Whether the upstream said no for good, rather than not now. A 401 (reported as a
+    502, ``upstream_authentication_error``: the gateway's key was refused) is a no: asking
+    again every round with the same key would leave the batch ``validating`` forever."""
+    if exc.upstream_status == 401:
+        return True
+    return exc.status != 429 and exc.status < 500
+
+
+def _refusal(exc: ProxyError) -> dict[str, Any]:
+    """The ``errors.data`` entry of a batch the upstream refused to create."""
+    if exc.upstream_status == 401:
+        # The message says whose key it was (``upstream.errors``), never the key itself.
+        return _error("upstream_authentication_error", f"{exc.message} (batch not created)")
+    return _error("upstream_refused", f"The upstream refused the batch: {exc.message}")
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

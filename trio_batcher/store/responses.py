@@ -8,7 +8,8 @@ turn, so no record copies its ancestors' items and a long conversation costs sto
 linear in its length.
 
 Each record belongs to the client key that created it (``owner_of``: a hash, never the
-key) and is invisible to every other key, exactly as if it did not exist. Each carries its
+key) and to the deployment that stored it (``store.deployment``), and is invisible to every
+other key and every other deployment, exactly as if it did not exist. Each carries its
 own expiry, so a backend can purge lazily (SQLite) or let the server expire keys (Redis).
 """
 
@@ -19,7 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, final
 
-__all__ = ["ChainBroken", "ResponseStore", "StoreUnavailable", "StoredResponse", "owner_of"]
+__all__ = [
+    "ChainBroken",
+    "ItemsPage",
+    "ResponseStore",
+    "StoreUnavailable",
+    "StoredResponse",
+    "UnknownCursor",
+    "owner_of",
+]
 
 
 def owner_of(client_key: str | None) -> str:
@@ -58,6 +67,29 @@ class ChainBroken(LookupError):
 
 
 @final
+@dataclass(frozen=True)
+class ItemsPage:
+    """One page of a response's input items, in the order asked for. ``items`` are each
+    item's JSON text, as stored: a page of a 20 MB conversation is copied into the answer,
+    never parsed and serialised again by Python on the event loop."""
+
+    items: Sequence[str]
+    first_id: Any
+    last_id: Any
+    has_more: bool
+
+
+@final
+class UnknownCursor(LookupError):
+    """``after`` / ``before`` names no item of the list."""
+
+    def __init__(self, param: str, cursor: str) -> None:
+        super().__init__(cursor)
+        self.param = param
+        self.cursor = cursor
+
+
+@final
 class StoreUnavailable(Exception):
     """The store cannot be read or written (a full or read-only disk, a data directory that
     is a file, a corrupt database): the edge answers 503, never a 500."""
@@ -86,6 +118,24 @@ class ResponseStore(Protocol):
     ) -> dict[str, dict[str, Any]]:
         """The visible stored items among ``item_ids`` (input or output of any response of
         ``owner``), by id; the ids not found are absent."""
+        ...
+
+    async def input_items(
+        self,
+        response_id: str,
+        owner: str,
+        now: float,
+        *,
+        limit: int,
+        order: str,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> ItemsPage | None:
+        """A page of what produced ``response_id``: every earlier turn's input and output,
+        then its own input (only its own input when an ancestor is gone), ``order`` "asc"
+        or "desc", after / before an item id (``UnknownCursor`` when none has it); with
+        ``before`` alone, the ``limit`` items just before it. None when ``response_id`` is
+        not visible."""
         ...
 
     async def delete(self, response_id: str, owner: str) -> bool:

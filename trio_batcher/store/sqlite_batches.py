@@ -8,6 +8,11 @@ index of spooled results live in two tables of their own (``_batch_lines``), wri
 slices and read a page at a time, so a 100,000-line batch never sits in memory. SQLite runs off the event loop through
 ``_sqlite.Database`` (a worker thread, a limiter of one, WAL for several workers).
 
+Each row records its deployment (``store.deployment``) and every statement on ``batches``
+filters on it: a gateway polls, lists, counts and purges only its own batches, so two
+deployments sharing a data directory never step, fail or purge each other's. The per-line
+tables hang off a batch id, which only its deployment ever holds.
+
 Purge order makes it idempotent: the files go first, then the row and its lines in one
 transaction. Interrupted in between, the row is still there and the next purge deletes its
 (already missing) files again, harmlessly; no file is ever left without a batch naming it.
@@ -34,6 +39,7 @@ from .batches import (
     BatchStore,
     UpstreamBatch,
 )
+from .deployment import Deployment
 from .files import FileStore
 
 __all__ = ["SQLiteBatchStore"]
@@ -54,7 +60,8 @@ CREATE TABLE IF NOT EXISTS batches (
     version       INTEGER NOT NULL,
     updated_at    REAL NOT NULL,
     batch         TEXT NOT NULL,
-    upstream      TEXT NOT NULL
+    upstream      TEXT NOT NULL,
+    deployment    TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS batches_by_owner ON batches (owner, id);
 CREATE INDEX IF NOT EXISTS batches_by_status ON batches (status, created_at);
@@ -64,6 +71,13 @@ CREATE INDEX IF NOT EXISTS batches_by_input ON batches (input_file_id);
 """
 
 _SCHEMA: Final = _BATCHES_SCHEMA + lines.SCHEMA
+_INDEXES: Final = """
+CREATE INDEX IF NOT EXISTS batches_by_deployment ON batches (deployment, owner, id);
+CREATE INDEX IF NOT EXISTS batches_by_deployment_status
+    ON batches (deployment, status, created_at);
+CREATE INDEX IF NOT EXISTS batches_by_deployment_finish ON batches (deployment, finished_at)
+    WHERE finished_at IS NOT NULL
+"""
 _COLUMNS: Final = "owner, batch, upstream, version, updated_at"
 
 
@@ -74,13 +88,27 @@ class SQLiteBatchStore:
     Args:
         directory: the data directory; the file is created on the first write.
         files: where the batches' files live; the purge deletes them with their batch.
+        deployment: whose batches these are (``store.deployment``): every read, the
+          poller's included, and the purge see only them.
         clock: the wall clock, for ``updated_at`` (injectable for tests).
     """
 
     def __init__(
-        self, directory: Path, files: FileStore, *, clock: Callable[[], float] = time.time
+        self,
+        directory: Path,
+        files: FileStore,
+        *,
+        deployment: Deployment | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self._db = Database(directory / FILENAME, _SCHEMA)
+        self._deployment = deployment or Deployment("local")
+        self._db = Database(
+            directory / FILENAME,
+            _SCHEMA,
+            scoped=("batches",),
+            indexes=_INDEXES,
+            deployment=self._deployment,
+        )
         self._files = files
         self._clock = clock
 
@@ -94,15 +122,15 @@ class SQLiteBatchStore:
             version=1,
             updated_at=self._clock(),
         )
-        row = _row(record)
+        row = {**_row(record), "deployment": self._deployment.id}
 
         def write(db: sqlite3.Connection) -> None:
             with db:
                 db.execute(
                     "INSERT INTO batches (id, owner, status, created_at, finished_at,"
-                    " input_file_id, version, updated_at, batch, upstream)"
+                    " input_file_id, version, updated_at, batch, upstream, deployment)"
                     " VALUES (:id, :owner, :status, :created_at, :finished_at,"
-                    " :input_file_id, :version, :updated_at, :batch, :upstream)",
+                    " :input_file_id, :version, :updated_at, :batch, :upstream, :deployment)",
                     row,
                 )
 
@@ -115,7 +143,8 @@ class SQLiteBatchStore:
 
         def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
             row: tuple[Any, ...] | None = db.execute(
-                f"SELECT {_COLUMNS} FROM batches WHERE id = ? AND owner = ?", (batch_id, owner)
+                f"SELECT {_COLUMNS} FROM batches WHERE id = ? AND owner = ? AND deployment = ?",
+                (batch_id, owner, self._deployment.id),
             ).fetchone()
             return row
 
@@ -125,12 +154,17 @@ class SQLiteBatchStore:
     async def list(self, owner: str, *, after: str | None = None, limit: int = 20) -> BatchPage:
         if not self._db.exists() or limit < 1:
             return BatchPage(data=[], has_more=False)
-        params = {"owner": owner, "after": after, "limit": limit + 1}
+        params = {
+            "owner": owner,
+            "after": after,
+            "limit": limit + 1,
+            "deployment": self._deployment.id,
+        }
 
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return db.execute(
                 f"SELECT {_COLUMNS} FROM batches WHERE owner = :owner"
-                " AND (:after IS NULL OR id < :after) ORDER BY id DESC LIMIT :limit",
+                " AND deployment = :deployment AND (:after IS NULL OR id < :after) ORDER BY id DESC LIMIT :limit",
                 params,
             ).fetchall()
 
@@ -145,7 +179,7 @@ class SQLiteBatchStore:
             version=record.version + 1,
             updated_at=self._clock(),
         )
-        row = {**_row(stored), "expected": record.version}
+        row = {**_row(stored), "expected": record.version, "deployment": self._deployment.id}
 
         def write(db: sqlite3.Connection) -> bool:
             with db:
@@ -153,7 +187,8 @@ class SQLiteBatchStore:
                     "UPDATE batches SET status = :status, finished_at = :finished_at,"
                     " input_file_id = :input_file_id, version = :version,"
                     " updated_at = :updated_at, batch = :batch, upstream = :upstream"
-                    " WHERE id = :id AND owner = :owner AND version = :expected",
+                    " WHERE id = :id AND owner = :owner AND deployment = :deployment"
+                    " AND version = :expected",
                     row,
                 )
             return cursor.rowcount == 1
@@ -170,8 +205,9 @@ class SQLiteBatchStore:
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             marks = ",".join("?" * len(active))
             return db.execute(
-                f"SELECT {_COLUMNS} FROM batches WHERE status IN ({marks}) ORDER BY created_at, id",
-                active,
+                f"SELECT {_COLUMNS} FROM batches WHERE deployment = ? AND status IN ({marks})"
+                " ORDER BY created_at, id",
+                (self._deployment.id, *active),
             ).fetchall()
 
         return [_record(row) for row in await self._db.run(read)]
@@ -181,9 +217,30 @@ class SQLiteBatchStore:
             return {}
 
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return db.execute("SELECT status, count(*) FROM batches GROUP BY status").fetchall()
+            return db.execute(
+                "SELECT status, count(*) FROM batches WHERE deployment = ? GROUP BY status",
+                (self._deployment.id,),
+            ).fetchall()
 
         return {str(status): int(count) for status, count in await self._db.run(read)}
+
+    async def others_unfinished(self) -> dict[str, int]:
+        """Unfinished batches of the other deployments in this file, by deployment (``''``:
+        stored before deployments were recorded): what a gateway reports at startup, since
+        after a key rotation without ``DEPLOYMENT_ID`` its old batches are someone else's."""
+        if not self._db.exists():
+            return {}
+        active = sorted(ACTIVE_STATUSES)
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            marks = ",".join("?" * len(active))
+            return db.execute(
+                f"SELECT deployment, count(*) FROM batches WHERE deployment != ?"
+                f" AND status IN ({marks}) GROUP BY deployment",
+                (self._deployment.id, *active),
+            ).fetchall()
+
+        return {str(name): int(count) for name, count in await self._db.run(read)}
 
     async def add_requests(self, batch_id: str, requests: Sequence[BatchRequest]) -> None:
         if requests:
@@ -247,9 +304,9 @@ class SQLiteBatchStore:
 
             def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
                 return db.execute(
-                    f"SELECT {_COLUMNS} FROM batches WHERE finished_at <= ?"
+                    f"SELECT {_COLUMNS} FROM batches WHERE deployment = ? AND finished_at <= ?"
                     " ORDER BY finished_at LIMIT ?",
-                    (cutoff, _PURGE_ROUND),
+                    (self._deployment.id, cutoff, _PURGE_ROUND),
                 ).fetchall()
 
             records = [_record(row) for row in await self._db.run(read)]

@@ -13,6 +13,10 @@ removes the part file (in a shielded cleanup), so nothing is left. A delete remo
 then the bytes. The only windows that can leave bytes without a row are a process dying
 between rename and insert or between the row's and the bytes' removal; ``purge_expired``
 sweeps such orphans once they are a day old (older than any upload in progress).
+
+Each row records its deployment (``store.deployment``): a gateway lists, reads, deletes and
+expires only its own files; bytes are kept while any deployment's row names them. Contents
+are written mode 0600 under directories made 0700 (``data_dir``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import IO, TYPE_CHECKING, Any, Final, TypeVar, final
 import trio
 
 from ._sqlite import Database, sortable_id
+from .data_dir import open_private, private_dir
+from .deployment import Deployment
 from .files import (
     MAX_LINE_BYTES,
     FileNotFound,
@@ -57,14 +63,20 @@ CREATE TABLE IF NOT EXISTS files (
     created_at INTEGER NOT NULL,
     filename   TEXT NOT NULL,
     purpose    TEXT NOT NULL,
-    expires_at INTEGER
+    expires_at INTEGER,
+    deployment TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS files_by_owner ON files (owner, id);
 CREATE INDEX IF NOT EXISTS files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
 """
+_INDEXES: Final = """
+CREATE INDEX IF NOT EXISTS files_by_deployment ON files (deployment, owner, id)
+"""
 
 _COLUMNS: Final = "id, owner, bytes, created_at, filename, purpose, expires_at"
-_VISIBLE: Final = "owner = :owner AND (expires_at IS NULL OR expires_at > :now)"
+_VISIBLE: Final = (
+    "owner = :owner AND deployment = :deployment AND (expires_at IS NULL OR expires_at > :now)"
+)
 
 
 @final
@@ -103,6 +115,7 @@ class SQLiteFileStore:
 
     Args:
         directory: the data directory; created on the first write.
+        deployment: whose files these are (``store.deployment``): others' are invisible.
         clock: the wall clock, for ``created_at`` and expiry (injectable for tests).
         chunk_bytes: the size of each read from disk.
         io_limiter: bounds the worker threads doing file I/O for this store.
@@ -112,11 +125,19 @@ class SQLiteFileStore:
         self,
         directory: Path,
         *,
+        deployment: Deployment | None = None,
         clock: Callable[[], float] = time.time,
         chunk_bytes: int = CHUNK_BYTES,
         io_limiter: trio.CapacityLimiter | None = None,
     ) -> None:
-        self._db = Database(directory / FILENAME, _SCHEMA)
+        self._deployment = deployment or Deployment("local")
+        self._db = Database(
+            directory / FILENAME,
+            _SCHEMA,
+            scoped=("files",),
+            indexes=_INDEXES,
+            deployment=self._deployment,
+        )
         self._contents = directory / CONTENTS
         self._clock = clock
         self._chunk_bytes = chunk_bytes
@@ -153,13 +174,16 @@ class SQLiteFileStore:
                 purpose=purpose,
                 expires_at=expires_at,
             )
-            row = _row(record)
+            row = (*_row(record), self._deployment.id)
 
             def publish(db: sqlite3.Connection) -> None:
                 os.replace(part, final_path)
                 try:
                     with db:
-                        db.execute(f"INSERT INTO files ({_COLUMNS}) VALUES (?,?,?,?,?,?,?)", row)
+                        db.execute(
+                            f"INSERT INTO files ({_COLUMNS}, deployment) VALUES (?,?,?,?,?,?,?,?)",
+                            row,
+                        )
                 except BaseException:
                     final_path.unlink(missing_ok=True)
                     raise
@@ -220,7 +244,7 @@ class SQLiteFileStore:
     async def get(self, owner: str, file_id: str) -> FileRecord | None:
         if not self._db.exists():
             return None
-        params = {"id": file_id, "owner": owner, "now": self._clock()}
+        params = self._params(id=file_id, owner=owner, now=self._clock())
 
         def read(db: sqlite3.Connection) -> tuple[Any, ...] | None:
             row: tuple[Any, ...] | None = db.execute(
@@ -241,13 +265,9 @@ class SQLiteFileStore:
     ) -> FilePage:
         if not self._db.exists() or limit < 1:
             return FilePage(data=[], has_more=False)
-        params = {
-            "owner": owner,
-            "now": self._clock(),
-            "after": after,
-            "purpose": purpose,
-            "limit": limit + 1,
-        }
+        params = self._params(
+            owner=owner, now=self._clock(), after=after, purpose=purpose, limit=limit + 1
+        )
 
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return db.execute(
@@ -263,7 +283,7 @@ class SQLiteFileStore:
     async def delete(self, owner: str, file_id: str) -> bool:
         if not self._db.exists():
             return False
-        params = {"id": file_id, "owner": owner, "now": self._clock()}
+        params = self._params(id=file_id, owner=owner, now=self._clock())
 
         def write(db: sqlite3.Connection) -> str | None:
             with db:
@@ -285,7 +305,8 @@ class SQLiteFileStore:
         def write(db: sqlite3.Connection) -> list[str]:
             with db:
                 rows = db.execute(
-                    "DELETE FROM files WHERE expires_at <= ? RETURNING id", (now,)
+                    "DELETE FROM files WHERE deployment = ? AND expires_at <= ? RETURNING id",
+                    (self._deployment.id, now),
                 ).fetchall()
             return [str(row[0]) for row in rows]
 
@@ -298,6 +319,9 @@ class SQLiteFileStore:
     async def aclose(self) -> None:
         await self._db.aclose()
 
+    def _params(self, **values: Any) -> dict[str, Any]:
+        return {**values, "deployment": self._deployment.id}
+
     async def _sweep_orphans(self, now: float) -> None:
         old = await _in_thread(
             _old_entries, self._contents, now - ORPHAN_AGE_S, limiter=self._io_limiter
@@ -305,6 +329,7 @@ class SQLiteFileStore:
         for name in old:
             file_id = name[1:].removesuffix(".part") if name.startswith(".") else name
 
+            # Any deployment's row keeps the bytes: another's are not orphans.
             def known(db: sqlite3.Connection, file_id: str = file_id) -> bool:
                 return (
                     db.execute("SELECT 1 FROM files WHERE id = ?", (file_id,)).fetchone()
@@ -337,8 +362,8 @@ def _row(record: FileRecord) -> tuple[Any, ...]:
 
 
 def _create(part: Path) -> IO[bytes]:
-    part.parent.mkdir(parents=True, exist_ok=True)
-    return part.open("xb")
+    private_dir(part.parent, levels=2)  # the data directory and ``files`` under it
+    return os.fdopen(open_private(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
 
 
 def _open(path: Path) -> IO[bytes] | None:

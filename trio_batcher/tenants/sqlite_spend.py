@@ -9,6 +9,10 @@ of ``serve --workers N`` share the file, and ``busy_timeout`` absorbs writers' s
 The file and the directory are created by the first ``add``; reads before it answer 0
 without touching the disk.
 
+The ledger is the tenants', whichever upstream they spent on, so real deployments sharing a
+data directory share it; a simulated one (``serve --simulate``) keeps its own file, so play
+money never counts against a real budget.
+
 One row per tenant per UTC hour, ``(tenant, hour) -> nano_usd``, added to with an upsert:
 a month is at most 744 rows per tenant, and ``spent`` is one range scan of the primary key.
 """
@@ -28,6 +32,8 @@ __all__ = ["SQLiteSpendStore"]
 T = TypeVar("T")
 
 FILENAME: Final = "spend.sqlite3"
+# ``serve --simulate`` spends nothing real: its ledger must not eat a real tenant's budget.
+SIMULATED_FILENAME: Final = "spend-simulated.sqlite3"
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS spend (
@@ -43,8 +49,9 @@ CREATE TABLE IF NOT EXISTS spend (
 class SQLiteSpendStore:
     """``SpendStore`` on one SQLite file under ``directory`` (``resolve_data_dir``)."""
 
-    def __init__(self, directory: Path) -> None:
-        self._database = Database(directory / FILENAME, _SCHEMA)
+    def __init__(self, directory: Path, *, simulated: bool = False) -> None:
+        name = SIMULATED_FILENAME if simulated else FILENAME
+        self._database = Database(directory / name, _SCHEMA)
 
     @property
     def path(self) -> Path:
