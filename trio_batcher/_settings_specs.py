@@ -325,6 +325,15 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "Comma-separated web origins whose pages may call the gateway (CORS), or '*'; requests naming another origin get 403.",
     ),
     SettingSpec(
+        "ALLOWED_HOSTS",
+        "allowed_hosts",
+        parsers.host_names,
+        (),
+        "Comma-separated host names (or '*') a gateway without client keys serves stored files, "
+        "batches and responses under, besides localhost, 127.0.0.0/8 and [::1]; other Host "
+        "headers get 403 there.",
+    ),
+    SettingSpec(
         "MAX_BODY_BYTES",
         "max_body_bytes",
         parsers.integer(1),

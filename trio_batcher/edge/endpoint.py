@@ -46,6 +46,7 @@ from .http import (
     cancel_on_disconnect,
     closing_send,
     framing_error,
+    has_body,
     normalize_path,
     send_json,
     send_stream,
@@ -55,6 +56,25 @@ from .http import (
 log = logging.getLogger("trio_batcher")
 
 _KEY_HEADERS: Final = frozenset({b"authorization", b"api-key", b"x-api-key"})
+
+
+def _compaction_not_served(headers: dict[str, str]) -> ProxyError:
+    return ProxyError(
+        404,
+        "POST /v1/responses/compact (conversation compaction) is not served by this gateway. "
+        "It serves POST /v1/responses, GET and DELETE /v1/responses/{id} and GET "
+        "/v1/responses/{id}/input_items. Compact the conversation on the client's side.",
+        code="unknown_route",
+        headers=headers,
+    )
+
+
+# POST routes of the APIs served that this gateway does not serve, each answered with a
+# 404 that names what is served (where Quart's routing would take "compact" for a response
+# id and answer 405).
+UNSERVED: Final[Mapping[str, Callable[[dict[str, str]], ProxyError]]] = {
+    "/v1/responses/compact": _compaction_not_served,
+}
 
 
 class Door(Protocol):
@@ -140,6 +160,12 @@ class ApiEndpoint:
             return
         if door is None and scope["method"] == "POST" and scope["path"] in self._quart_bodies:
             await self._inner(scope, receive, send)
+            return
+        if door is None and scope["method"] == "POST" and scope["path"] in UNSERVED:
+            # Before the body, which may be a whole conversation: left unread, the
+            # connection closes with the answer.
+            close = {"Connection": "close"} if has_body(scope) else {}
+            await _send_error(send, UNSERVED[scope["path"]](close), None, scope)
             return
         if door is None or scope["method"] != "POST":
             await without_a_body(self._inner, scope, receive, send)

@@ -19,6 +19,7 @@ import trio
 from ..errors import ProxyError
 from ..pipeline.contract import StreamReply
 from ..tenants import Tenant
+from ..translation.anthropic_messages import error_reply as anthropic_error_reply
 
 log = logging.getLogger("trio_batcher")
 
@@ -166,6 +167,21 @@ def speaks_anthropic(scope: Mapping[str, object]) -> bool:
     return any(name == b"anthropic-version" for name, _ in headers)
 
 
+def dialect_error(
+    scope: Mapping[str, object], exc: ProxyError, headers: Mapping[str, str] | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    """``(status, body, headers)`` for ``exc`` in the client's dialect, for answers made
+    outside any door: Anthropic's shape when ``speaks_anthropic``, OpenAI's otherwise;
+    ``headers`` are added to the error's own."""
+    if speaks_anthropic(scope):
+        status, body, extra = anthropic_error_reply(exc)
+    else:
+        status = exc.status
+        body = json.dumps(exc.body(), separators=(",", ":"), ensure_ascii=False).encode()
+        extra = dict(exc.headers)
+    return status, body, {**extra, **(headers or {})}
+
+
 def asks_to_close(scope: Scope) -> bool:
     """Whether the connection ends with this request: ``Connection: close`` (Python's
     ``urllib``, health checkers, scripts) or HTTP/1.0, which h11 never keeps alive."""
@@ -197,6 +213,15 @@ def closing_send(send: Send) -> Send:
     return send_then_close
 
 
+def has_body(scope: Scope) -> bool:
+    """Whether the request says a body follows (a non-zero length, or chunked)."""
+    return any(
+        (name == b"content-length" and value.strip() not in (b"", b"0"))
+        or name == b"transfer-encoding"
+        for name, value in scope["headers"]
+    )
+
+
 # No route but the chat POST takes a body; more than this on another one is refused.
 _MAX_OTHER_BODY: Final = 64 * 1024
 
@@ -209,11 +234,7 @@ async def without_a_body(inner: ASGIApp, scope: Scope, receive: Receive, send: S
     a free way to pile up connections. So the body is read here, and one too large for any
     route is answered 413 at once, closing the connection.
     """
-    if not any(
-        (name == b"content-length" and value.strip() not in (b"", b"0"))
-        or name == b"transfer-encoding"
-        for name, value in scope["headers"]
-    ):
+    if not has_body(scope):
         await inner(scope, receive, send)
         return
     size = 0

@@ -39,6 +39,7 @@ from ..translation.openai_responses import (
 )
 from ..upstream.request import UpstreamRequest
 from .auth import client_key
+from .hosts import FOREIGN_HOST, host_not_allowed
 from .http import Incoming
 
 __all__ = ["RESPONSES_PATH", "SURFACE", "ResponsesDoor", "reading_the_store", "request_owner"]
@@ -109,6 +110,7 @@ class ResponsesDoor:
         payload = incoming.payload
         owner = request_owner(incoming.scope["headers"], self._keyed())
         try:
+            _check_host(payload, incoming.scope.get(FOREIGN_HOST))
             history = await self._history(payload, owner)
             references = await self._references(payload, history, owner)
             if incoming.large:
@@ -181,6 +183,15 @@ class ResponsesDoor:
             return {}
         with reading_the_store():
             return await self._store.find_items(wanted, owner, time.time())
+
+
+def _check_host(payload: object, foreign_host: str | None) -> None:
+    """403 when a keyless gateway got a request that reads stored responses under a name
+    it does not serve them to (``edge.hosts``); a stateless request passes."""
+    if foreign_host is None or not isinstance(payload, dict):
+        return
+    if payload.get("previous_response_id") is not None or item_references(payload):
+        raise host_not_allowed(foreign_host, "stored responses")
 
 
 def _previous_not_found(response_id: str, detail: str = "") -> ProxyError:
