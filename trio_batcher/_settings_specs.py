@@ -77,6 +77,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "Deadline for one request, from its arrival (queueing included); exceeding it answers 504.",
     ),
     SettingSpec(
+        "BODY_READ_TIMEOUT_S",
+        "body_read_timeout_s",
+        parsers.number(0, strict=True),
+        30.0,
+        "Each span this long spent waiting for a request body must bring 64 KiB (or the "
+        "body's end); a slower body gets 408 and its connection is closed.",
+    ),
+    SettingSpec(
         "BATCH_ENABLED",
         "batch_enabled",
         parsers.boolean,

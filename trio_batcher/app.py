@@ -164,6 +164,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         max_body_bytes=settings.max_body_bytes,
         tenants=lambda: tenants.directory,
         body_timeout=settings.request_timeout_s,
+        body_window=settings.body_read_timeout_s,
         quart_bodies=frozenset({FILES_PATH, BATCHES_PATH}),
     )
     hosts = HostPolicy(

@@ -31,13 +31,18 @@ ASGIApp = Callable[..., Awaitable[None]]
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Incoming:
     """A request as the edge read it, handed to its door.
 
+    The door lets go of the body (``release``) once it has what it sends upstream: a call
+    can last minutes, and a body can be tens of megabytes, so neither the client's bytes
+    nor their parsed tree should live beside the upstream request for that long.
+
     Attributes:
       payload: the body, parsed (``body.parse_json_body``).
-      raw: the body as it arrived, for doors that relay it.
+      raw: the body as it arrived, for doors that relay it (``Door.relays_body``); empty
+        for the others, which need only ``payload``.
       scope: the ASGI scope (headers, path, query string).
       arrived: ``trio.current_time()`` when the request arrived; its deadline counts from here.
       large: the body is large enough to translate off the event loop.
@@ -50,6 +55,11 @@ class Incoming:
     arrived: float
     large: bool
     tenant: Tenant | None = None
+
+    def release(self) -> None:
+        """Forget the body (both forms); what the door built from it is all that remains."""
+        self.payload = None
+        self.raw = b""
 
 
 # How long after a stream's deadline its resources are freed even if a write is stuck.
@@ -239,7 +249,12 @@ async def without_a_body(inner: ASGIApp, scope: Scope, receive: Receive, send: S
         return
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await receive()
+        except ProxyError as exc:  # a body too slow (``body.PacedReceive``)
+            status, body, headers = dialect_error(scope, exc)
+            await send_json(send, body, status, headers)
+            return
         if message["type"] == "http.disconnect":
             return
         size += len(message.get("body", b""))
