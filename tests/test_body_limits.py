@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 
@@ -46,8 +46,18 @@ _REPLY = json.dumps(
 ).encode()
 
 
-async def _discarding_upstream(stream: trio.SocketStream) -> None:
-    """Read one request after another, throwing the bodies away; answer each at once."""
+class _Upstream:
+    """Counts the bodies it has read; while ``hold`` is set, answers none until it fires,
+    so that every request the test sends is in flight at once (an upstream generating)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.hold: trio.Event | None = None
+
+
+async def _discarding_upstream(upstream: _Upstream, stream: trio.SocketStream) -> None:
+    """Read one request after another, throwing the bodies away; answer each (at once,
+    unless ``upstream.hold``)."""
     buffered = b""
     async with stream:
         while True:
@@ -71,6 +81,9 @@ async def _discarding_upstream(stream: trio.SocketStream) -> None:
                 length -= len(chunk)
             if length < 0:  # the next request had begun: impossible for a pooled client
                 return
+            upstream.received += 1
+            if upstream.hold is not None:
+                await upstream.hold.wait()
             await stream.send_all(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                 b"content-length: %d\r\n\r\n%s" % (len(_REPLY), _REPLY)
@@ -93,7 +106,7 @@ async def _gateway_process(upstream: str) -> AsyncIterator[tuple[str, psutil.Pro
         "ANTHROPIC_BASE_URL": upstream,
         "ANTHROPIC_API_KEY": "sk-ant-test",
     }
-    process = subprocess.Popen(
+    process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "trio_batcher", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -112,12 +125,13 @@ async def _gateway_process(upstream: str) -> AsyncIterator[tuple[str, psutil.Pro
                     await trio.sleep(0.1)
         yield url, psutil.Process(process.pid)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a stuck shutdown
-            process.kill()
-            process.wait()
+        with trio.CancelScope(shield=True):
+            process.terminate()
+            with trio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:  # pragma: no cover - a stuck shutdown
+                process.kill()
+                await process.wait()
 
 
 def _conversation(size: int, parts: int = 300) -> list[dict[str, str]]:
@@ -141,8 +155,9 @@ async def test_ten_concurrent_30_mb_bodies_grow_rss_by_less_than_twice_their_siz
     del messages, bodies
     total = 5 * sum(len(data) for _, data in encoded)
     async with trio.open_nursery() as nursery:
+        upstream = _Upstream()
         listeners = await nursery.start(
-            partial(trio.serve_tcp, _discarding_upstream, 0, host="127.0.0.1")
+            partial(trio.serve_tcp, partial(_discarding_upstream, upstream), 0, host="127.0.0.1")
         )
         upstream_port = listeners[0].socket.getsockname()[1]
         async with (
@@ -154,6 +169,7 @@ async def test_ten_concurrent_30_mb_bodies_grow_rss_by_less_than_twice_their_siz
             await trio.sleep(0.5)
             base = peak = gateway.memory_info().rss
             statuses: list[int] = []
+            upstream.hold = trio.Event()
 
             async def send(path: str, data: bytes) -> None:
                 statuses.append((await http.post(f"{url}{path}", content=data)).status_code)
@@ -163,9 +179,15 @@ async def test_ten_concurrent_30_mb_bodies_grow_rss_by_less_than_twice_their_siz
                     for _ in range(5):
                         for path, data in encoded:
                             senders.start_soon(send, path, data)
-                    while len(statuses) < 10:
+                    # Every body in flight at once: the upstream answers none until it has
+                    # read all ten.
+                    while upstream.received < len(encoded) + 10:
                         peak = max(peak, gateway.memory_info().rss)
                         await trio.sleep(0.005)
+                    for _ in range(20):
+                        peak = max(peak, gateway.memory_info().rss)
+                        await trio.sleep(0.005)
+                    upstream.hold.set()
         nursery.cancel_scope.cancel()
     assert statuses == [200] * 10
     growth = peak - base
@@ -173,10 +195,7 @@ async def test_ten_concurrent_30_mb_bodies_grow_rss_by_less_than_twice_their_siz
     assert growth < 2 * total
 
 
-HEAD = (
-    b"%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: 100000\r\n"
-    b"%s\r\n"
-)
+HEAD = b"%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: 100000\r\n%s\r\n"
 ROUTES = [
     (b"POST", b"/v1/chat/completions", b"application/json", b""),
     (b"POST", b"/v1/messages", b"application/json", b"anthropic-version: 2023-06-01\r\n"),
@@ -198,10 +217,8 @@ async def _trickle(
         await stream.send_all(HEAD % route)
         started = trio.current_time()
         while True:
-            try:
+            with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stream.send_all(b" ")
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
             with trio.move_on_after(1):
                 try:
                     chunk = await stream.receive_some()
@@ -232,7 +249,9 @@ async def test_a_thousand_trickled_bodies_are_cut_within_the_body_read_timeout()
     assert len(answers) == 1_000
     slowest = max(elapsed for elapsed, _ in answers)
     times = sorted(elapsed for elapsed, _ in answers)
-    print(f"trickles closed after {times[0]:.2f} s (first), {times[500]:.2f} s (median), {slowest:.2f} s (last)")
+    print(
+        f"trickles closed after {times[0]:.2f} s (first), {times[500]:.2f} s (median), {slowest:.2f} s (last)"
+    )
     # A byte a second never makes the 64 KiB a window needs: closed at the window's end
     # (the margin is the loaded test machine's, and the client's one-second poll).
     assert slowest < window + 3
