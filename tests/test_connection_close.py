@@ -62,7 +62,7 @@ def _request(
     method: str, path: str, body: Any, headers: dict[str, str], *, close: bool, version: str = "1.1"
 ) -> bytes:
     content = b"" if body is None else json.dumps(body).encode()
-    lines = [f"{method} {path} HTTP/{version}", "Host: gateway"]
+    lines = [f"{method} {path} HTTP/{version}", "Host: localhost"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     if close:
         lines.append("Connection: close")

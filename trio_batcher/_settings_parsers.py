@@ -206,6 +206,31 @@ def web_origins(raw: str) -> tuple[str, ...]:
 _DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
 
 
+def host_names(raw: str) -> tuple[str, ...]:
+    """Host names as a ``Host`` header carries them, without the port: ``gateway.internal``,
+    ``10.0.0.5``, ``[fd00::1]``, or a lone ``*`` for any. Lower case, no final dot; a scheme,
+    path, port or wildcard inside a name is refused rather than silently never matching."""
+    names = []
+    for item in csv(raw):
+        value = item.lower().rstrip(".")
+        if value == "*":
+            names.append(value)
+            continue
+        bracketed = value.startswith("[") and value.endswith("]") and value.count("]") == 1
+        if (
+            not value
+            or not value.isascii()
+            or any(c in value for c in "/@*?# \t")
+            or (":" in value and not bracketed)
+        ):
+            raise ValueError(
+                "expected host names like gateway.internal, 10.0.0.5 or [fd00::1] (no scheme, "
+                f"port or path; no wildcards but a lone '*'), got {item!r}"
+            )
+        names.append(value)
+    return tuple(names)
+
+
 def file_path(raw: str) -> str | None:
     value = raw.strip()
     if not value:

@@ -77,6 +77,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "Deadline for one request, from its arrival (queueing included); exceeding it answers 504.",
     ),
     SettingSpec(
+        "BODY_READ_TIMEOUT_S",
+        "body_read_timeout_s",
+        parsers.number(0, strict=True),
+        30.0,
+        "Each span this long spent waiting for a request body must bring 64 KiB (or the "
+        "body's end); a slower body gets 408 and its connection is closed.",
+    ),
+    SettingSpec(
         "BATCH_ENABLED",
         "batch_enabled",
         parsers.boolean,
@@ -334,6 +342,15 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         parsers.web_origins,
         (),
         "Comma-separated web origins whose pages may call the gateway (CORS), or '*'; requests naming another origin get 403.",
+    ),
+    SettingSpec(
+        "ALLOWED_HOSTS",
+        "allowed_hosts",
+        parsers.host_names,
+        (),
+        "Comma-separated host names (or '*') a gateway without client keys serves stored files, "
+        "batches and responses under, besides localhost, 127.0.0.0/8 and [::1]; other Host "
+        "headers get 403 there.",
     ),
     SettingSpec(
         "MAX_BODY_BYTES",

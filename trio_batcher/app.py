@@ -30,6 +30,7 @@ from .edge.auth import client_key, key_matches, proxy_key_error
 from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
 from .edge.endpoint import ApiEndpoint
+from .edge.hosts import HostPolicy
 from .edge.http import speaks_anthropic
 from .edge.models import find_model, list_models
 from .edge.openai_batches import BATCHES_PATH, batches_blueprint
@@ -40,6 +41,7 @@ from .edge.responses_routes import responses_blueprint
 from .edge.upload_flow import SCOPE_KEY as UPLOAD_GATE
 from .edge.upload_flow import GatedBody, UploadFlow
 from .edge.visuals import visual_file
+from .edge.websocket import NoWebSockets
 from .errors import ProxyError, error_body
 from .observatory.batch_status import BatchStatusCollector, BatchStatusGauge
 from .offline import BatchPoller, purge_batches_periodically
@@ -182,24 +184,33 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     def keyed() -> bool:
         return tenants.directory.auth_required
 
-    app.asgi_app = OriginPolicy(  # type: ignore[method-assign,assignment]
-        ApiEndpoint(
-            UploadFlow(app.asgi_app, FILES_PATH),
-            lambda: app.runtime.pipeline if app.runtime is not None else None,
-            {
-                CHAT_PATH: OpenAIChatDoor(settings),
-                MESSAGES_PATH: MessagesDoor(),
-                COUNT_TOKENS_PATH: CountTokensDoor(),
-                RESPONSES_PATH: ResponsesDoor(settings, responses, keyed),
-            },
-            max_body_bytes=settings.max_body_bytes,
-            tenants=lambda: tenants.directory,
-            body_timeout=settings.request_timeout_s,
-            quart_bodies=frozenset({FILES_PATH, BATCHES_PATH}),
-        ),
+    endpoint = ApiEndpoint(
+        UploadFlow(app.asgi_app, FILES_PATH),
+        lambda: app.runtime.pipeline if app.runtime is not None else None,
+        {
+            CHAT_PATH: OpenAIChatDoor(settings),
+            MESSAGES_PATH: MessagesDoor(),
+            COUNT_TOKENS_PATH: CountTokensDoor(),
+            RESPONSES_PATH: ResponsesDoor(settings, responses, keyed),
+        },
+        max_body_bytes=settings.max_body_bytes,
+        tenants=lambda: tenants.directory,
+        body_timeout=settings.request_timeout_s,
+        body_window=settings.body_read_timeout_s,
+        quart_bodies=frozenset({FILES_PATH, BATCHES_PATH}),
+    )
+    hosts = HostPolicy(
+        endpoint,
+        settings.allowed_hosts,
+        keyed,
+        on_refused=lambda: app.record_rejected("host_not_allowed"),
+    )
+    origins = OriginPolicy(
+        hosts,
         settings.cors_allow_origins,
         on_refused=lambda: app.record_rejected("origin_not_allowed"),
     )
+    app.asgi_app = NoWebSockets(origins)  # type: ignore[method-assign,assignment]
 
     def runtime() -> Runtime:
         if app.runtime is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from .app import create_app
-from .serving import raise_open_file_limit, tune_gc_for_serving
+from .serving import raise_open_file_limit, tune_gc_for_serving, tune_malloc_for_serving
 from .settings import Settings, SettingsError
 
 try:
@@ -23,4 +23,5 @@ except SettingsError as exc:  # pragma: no cover - exercised through a subproces
 
 app = create_app(_settings)
 tune_gc_for_serving()
+tune_malloc_for_serving()
 raise_open_file_limit()

@@ -22,7 +22,12 @@ import trio
 
 from .app import create_app
 from .bench import add_bench_parser, run_bench
-from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
+from .serving import (
+    raise_open_file_limit,
+    serve_app,
+    tune_gc_for_serving,
+    tune_malloc_for_serving,
+)
 from .settings import SPECS, Settings, SettingsError
 from .simulator import SimulatorConfig, run_simulator
 from .store.deployment import is_simulated, simulated_id
@@ -283,6 +288,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
                 )
             )
             tune_gc_for_serving()
+            tune_malloc_for_serving()
             who = "serving" if worker_fd is None else f"worker {os.getpid()} serving"
             print(
                 f"{_PROG}: {who} OpenAI-compatible API on {_url(host, port)}/v1 -> {upstream}",

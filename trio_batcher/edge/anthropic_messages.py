@@ -26,7 +26,7 @@ from ..translation.anthropic_messages import (
     forwarded_headers,
     relayed_headers,
 )
-from ..upstream.request import UpstreamRequest
+from ..upstream.request import UpstreamRequest, outline
 from .http import Incoming
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
@@ -41,6 +41,8 @@ _BOM: Final = b"\xef\xbb\xbf"
 
 class _AnthropicDoor:
     """What both routes share: Anthropic-shaped errors, and the client's own request."""
+
+    relays_body: Final = True
 
     def __init__(self, surface: str, *, generates: bool) -> None:
         self.surface: Final = surface
@@ -65,16 +67,19 @@ class _AnthropicDoor:
         return exc
 
     def upstream_request(self, incoming: Incoming, model: str, stream: bool) -> UpstreamRequest:
-        """The client's body as its own bytes, with its version and beta headers."""
+        """The client's body as its own bytes, with its version and beta headers; the
+        parsed tree is let go (only its outline stays), so the request holds its size once."""
         assert isinstance(incoming.payload, dict)
-        return UpstreamRequest(
-            incoming.payload,
+        request = UpstreamRequest(
+            outline(incoming.payload),
             model,
             stream,
             self.surface,
             content=incoming.raw.removeprefix(_BOM),
             headers=forwarded_headers(incoming.scope["headers"]),
         )
+        incoming.release()
+        return request
 
 
 @final

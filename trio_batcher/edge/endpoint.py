@@ -35,17 +35,20 @@ from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from ..tenants import Tenant, TenantDirectory
 from .auth import client_key, proxy_key_error
-from .body import LARGE_BODY_BYTES, parse_json_body, read_body
+from .body import LARGE_BODY_BYTES, PacedReceive, parse_json_body, read_body
 from .http import (
     ASGIApp,
     Incoming,
+    Message,
     Receive,
     Scope,
     Send,
     asks_to_close,
     cancel_on_disconnect,
     closing_send,
+    dialect_error,
     framing_error,
+    has_body,
     normalize_path,
     send_json,
     send_stream,
@@ -55,6 +58,25 @@ from .http import (
 log = logging.getLogger("trio_batcher")
 
 _KEY_HEADERS: Final = frozenset({b"authorization", b"api-key", b"x-api-key"})
+
+
+def _compaction_not_served(headers: dict[str, str]) -> ProxyError:
+    return ProxyError(
+        404,
+        "POST /v1/responses/compact (conversation compaction) is not served by this gateway. "
+        "It serves POST /v1/responses, GET and DELETE /v1/responses/{id} and GET "
+        "/v1/responses/{id}/input_items. Compact the conversation on the client's side.",
+        code="unknown_route",
+        headers=headers,
+    )
+
+
+# POST routes of the APIs served that this gateway does not serve, each answered with a
+# 404 that names what is served (where Quart's routing would take "compact" for a response
+# id and answer 405).
+UNSERVED: Final[Mapping[str, Callable[[dict[str, str]], ProxyError]]] = {
+    "/v1/responses/compact": _compaction_not_served,
+}
 
 
 class Door(Protocol):
@@ -68,6 +90,12 @@ class Door(Protocol):
     @property
     def generates(self) -> bool:
         """Whether the route's calls generate (and are counted in ``requests``)."""
+        ...
+
+    @property
+    def relays_body(self) -> bool:
+        """Whether the door sends the client's own bytes upstream (``Incoming.raw``); the
+        others get only the parsed body, and the bytes are freed as soon as it is parsed."""
         ...
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
@@ -96,6 +124,10 @@ class ApiEndpoint:
       body_timeout: seconds from arrival by which the whole body must be in
         (``REQUEST_TIMEOUT_S``); a client still sending then gets 408 and the connection is
         closed, so a slow drip cannot hold a connection and a buffer for ever.
+      body_window: ``BODY_READ_TIMEOUT_S``: each such span of waiting for a body must
+        bring ``body.MIN_BYTES_PER_WINDOW`` or its end (``body.PacedReceive``), on every
+        route, Quart's included; a client that trickles gets 408 and the connection is
+        closed long before ``REQUEST_TIMEOUT_S``.
     """
 
     def __init__(
@@ -107,9 +139,11 @@ class ApiEndpoint:
         max_body_bytes: int,
         tenants: Callable[[], TenantDirectory],
         body_timeout: float = math.inf,
+        body_window: float = math.inf,
         quart_bodies: frozenset[str] = frozenset(),
     ) -> None:
         self._inner = inner
+        self._body_window = body_window
         # POST routes served by Quart that read their own body (the batch file upload
         # streams it to disk); every other Quart route gets its body drained here.
         self._quart_bodies = quart_bodies
@@ -138,8 +172,20 @@ class ApiEndpoint:
         if framing is not None:
             await _send_error(send, framing, door, scope)
             return
+        if has_body(scope):
+            receive = PacedReceive(receive, self._body_window)
         if door is None and scope["method"] == "POST" and scope["path"] in self._quart_bodies:
-            await self._inner(scope, receive, send)
+            if isinstance(receive, PacedReceive):
+                quart = _QuartBody(scope, receive, send)
+                await self._inner(scope, quart.receive, quart.send)
+            else:
+                await self._inner(scope, receive, send)
+            return
+        if door is None and scope["method"] == "POST" and scope["path"] in UNSERVED:
+            # Before the body, which may be a whole conversation: left unread, the
+            # connection closes with the answer.
+            close = {"Connection": "close"} if has_body(scope) else {}
+            await _send_error(send, UNSERVED[scope["path"]](close), None, scope)
             return
         if door is None or scope["method"] != "POST":
             await without_a_body(self._inner, scope, receive, send)
@@ -184,7 +230,10 @@ class ApiEndpoint:
         # Handed over in a list that _answer empties, the body held by nothing else: a
         # stream can stay open for minutes, and its body (for an agent, often the whole
         # conversation, hundreds of kilobytes) need not stay with it.
-        handover = [Incoming(payload, raw, scope, arrived, len(raw) >= LARGE_BODY_BYTES, tenant)]
+        large = len(raw) >= LARGE_BODY_BYTES
+        if not door.relays_body:
+            raw = b""
+        handover = [Incoming(payload, raw, scope, arrived, large, tenant)]
         del payload, raw
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -207,6 +256,37 @@ class ApiEndpoint:
         if tenant is None:
             raise proxy_key_error()
         return tenant
+
+
+@final
+class _QuartBody:
+    """A paced body for a Quart route, which reads it in a task of its own and would take
+    an exception from ``receive`` for a crash: a body too slow is answered 408 here (in
+    the client's dialect, the connection closed) and Quart is told the client left, which
+    cancels its handler; anything Quart sends after that goes nowhere."""
+
+    def __init__(self, scope: Scope, receive: PacedReceive, send: Send) -> None:
+        self._scope = scope
+        self._receive = receive
+        self._send = send
+        self._started = self._answered = False
+
+    async def receive(self) -> Message:
+        try:
+            return await self._receive()
+        except ProxyError as exc:
+            if not self._started:
+                self._answered = True
+                status, body, headers = dialect_error(self._scope, exc)
+                await send_json(self._send, body, status, headers)
+            return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        if self._answered:
+            return
+        if message["type"] == "http.response.start":
+            self._started = True
+        await self._send(message)
 
 
 async def _answer(door: Door, pipeline: Pipeline, handover: list[Incoming], send: Send) -> None:

@@ -19,6 +19,7 @@ import trio
 from ..errors import ProxyError
 from ..pipeline.contract import StreamReply
 from ..tenants import Tenant
+from ..translation.anthropic_messages import error_reply as anthropic_error_reply
 
 log = logging.getLogger("trio_batcher")
 
@@ -30,13 +31,18 @@ ASGIApp = Callable[..., Awaitable[None]]
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Incoming:
     """A request as the edge read it, handed to its door.
 
+    The door lets go of the body (``release``) once it has what it sends upstream: a call
+    can last minutes, and a body can be tens of megabytes, so neither the client's bytes
+    nor their parsed tree should live beside the upstream request for that long.
+
     Attributes:
       payload: the body, parsed (``body.parse_json_body``).
-      raw: the body as it arrived, for doors that relay it.
+      raw: the body as it arrived, for doors that relay it (``Door.relays_body``); empty
+        for the others, which need only ``payload``.
       scope: the ASGI scope (headers, path, query string).
       arrived: ``trio.current_time()`` when the request arrived; its deadline counts from here.
       large: the body is large enough to translate off the event loop.
@@ -49,6 +55,11 @@ class Incoming:
     arrived: float
     large: bool
     tenant: Tenant | None = None
+
+    def release(self) -> None:
+        """Forget the body (both forms); what the door built from it is all that remains."""
+        self.payload = None
+        self.raw = b""
 
 
 # How long after a stream's deadline its resources are freed even if a write is stuck.
@@ -166,6 +177,21 @@ def speaks_anthropic(scope: Mapping[str, object]) -> bool:
     return any(name == b"anthropic-version" for name, _ in headers)
 
 
+def dialect_error(
+    scope: Mapping[str, object], exc: ProxyError, headers: Mapping[str, str] | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    """``(status, body, headers)`` for ``exc`` in the client's dialect, for answers made
+    outside any door: Anthropic's shape when ``speaks_anthropic``, OpenAI's otherwise;
+    ``headers`` are added to the error's own."""
+    if speaks_anthropic(scope):
+        status, body, extra = anthropic_error_reply(exc)
+    else:
+        status = exc.status
+        body = json.dumps(exc.body(), separators=(",", ":"), ensure_ascii=False).encode()
+        extra = dict(exc.headers)
+    return status, body, {**extra, **(headers or {})}
+
+
 def asks_to_close(scope: Scope) -> bool:
     """Whether the connection ends with this request: ``Connection: close`` (Python's
     ``urllib``, health checkers, scripts) or HTTP/1.0, which h11 never keeps alive."""
@@ -197,6 +223,15 @@ def closing_send(send: Send) -> Send:
     return send_then_close
 
 
+def has_body(scope: Scope) -> bool:
+    """Whether the request says a body follows (a non-zero length, or chunked)."""
+    return any(
+        (name == b"content-length" and value.strip() not in (b"", b"0"))
+        or name == b"transfer-encoding"
+        for name, value in scope["headers"]
+    )
+
+
 # No route but the chat POST takes a body; more than this on another one is refused.
 _MAX_OTHER_BODY: Final = 64 * 1024
 
@@ -209,16 +244,17 @@ async def without_a_body(inner: ASGIApp, scope: Scope, receive: Receive, send: S
     a free way to pile up connections. So the body is read here, and one too large for any
     route is answered 413 at once, closing the connection.
     """
-    if not any(
-        (name == b"content-length" and value.strip() not in (b"", b"0"))
-        or name == b"transfer-encoding"
-        for name, value in scope["headers"]
-    ):
+    if not has_body(scope):
         await inner(scope, receive, send)
         return
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await receive()
+        except ProxyError as exc:  # a body too slow (``body.PacedReceive``)
+            status, body, headers = dialect_error(scope, exc)
+            await send_json(send, body, status, headers)
+            return
         if message["type"] == "http.disconnect":
             return
         size += len(message.get("body", b""))

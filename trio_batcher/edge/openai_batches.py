@@ -25,6 +25,7 @@ from ..store import BatchConflict, BatchRecord, BatchStore, FileStore
 from ..store.batches import FINAL_STATUSES
 from ..store.files import BATCH_INPUT
 from ..translation.openai_batch import ENDPOINTS
+from .body import parse_json_body
 from .http import openai_list
 from .openai_files import file_not_found
 from .openai_responses import reading_the_store, request_owner
@@ -62,7 +63,11 @@ def batches_blueprint(
 
     @routes.post(BATCHES_PATH)
     async def create() -> Response:
-        payload = await request.get_json(force=True, silent=True)
+        # The doors' own checks (UTF-8, strict JSON, depth, surrogates): each a 400, where
+        # Quart's get_json let a bad byte or a deep nest through as a 500.
+        payload = parse_json_body(
+            await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        )
         if not isinstance(payload, Mapping):
             raise invalid_request("The body must be a JSON object.")
         input_file_id, endpoint, metadata = _create_params(payload)

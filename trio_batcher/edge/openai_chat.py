@@ -8,6 +8,7 @@ OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Final, final
 
 import trio
@@ -23,7 +24,7 @@ from ..translation.openai_chat import (
     new_completion_id,
     translate_request,
 )
-from ..upstream.request import UpstreamRequest
+from ..upstream.request import UpstreamRequest, encode_body, outline
 from .http import Incoming
 
 __all__ = ["CHAT_PATH", "SURFACE", "OpenAIChatDoor"]
@@ -49,15 +50,17 @@ class OpenAIChatDoor:
         # a million parts does not stall every other request on the event loop.
         self._large_bodies = trio.CapacityLimiter(1)
 
+    relays_body: Final = False
+
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         payload, arrived = incoming.payload, incoming.arrived
         try:
             if incoming.large:
-                tr = await trio.to_thread.run_sync(
-                    translate_request, payload, self._options, limiter=self._large_bodies
+                tr, request = await trio.to_thread.run_sync(
+                    _translate, payload, self._options, True, limiter=self._large_bodies
                 )
             else:
-                tr = translate_request(payload, self._options)
+                tr, request = _translate(payload, self._options, False)
         except ProxyError as exc:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.
@@ -65,12 +68,28 @@ class OpenAIChatDoor:
             timing = pipeline.record_refused(exc.status, arrived, stream=stream, surface=SURFACE)
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
+        del payload
+        incoming.release()
         codec = OpenAIChatCodec(tr, completion_id=new_completion_id(), created=int(time.time()))
-        return await pipeline.handle(_upstream_request(tr), codec, arrived, incoming.tenant)
+        return await pipeline.handle(request, codec, arrived, incoming.tenant)
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
         return JSONReply(exc.body(), exc.headers, exc.status)
 
 
-def _upstream_request(tr: TranslatedRequest) -> UpstreamRequest:
-    return UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE)
+def _translate(
+    payload: object, options: TranslationOptions, large: bool
+) -> tuple[TranslatedRequest, UpstreamRequest]:
+    """The translation, and the upstream request made of it.
+
+    A large body is encoded here, once (in the worker thread, one at a time), and only
+    its bytes stay: the translated tree is dropped (the codec keeps its outline), so an
+    in-flight request holds about its size once rather than as bytes, tree and a
+    serialisation made at send time.
+    """
+    tr = translate_request(payload, options)
+    if not large:
+        return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE)
+    content = encode_body(tr.body)
+    tr = replace(tr, body=outline(tr.body))
+    return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE, content=content)

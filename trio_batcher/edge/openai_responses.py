@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final, final
 
 import trio
@@ -37,8 +38,9 @@ from ..translation.openai_responses import (
     new_response_id,
     translate_request,
 )
-from ..upstream.request import UpstreamRequest
+from ..upstream.request import UpstreamRequest, encode_body, outline
 from .auth import client_key
+from .hosts import FOREIGN_HOST, host_not_allowed
 from .http import Incoming
 
 __all__ = ["RESPONSES_PATH", "SURFACE", "ResponsesDoor", "reading_the_store", "request_owner"]
@@ -90,6 +92,7 @@ class ResponsesDoor:
 
     surface: Final = SURFACE
     generates: Final = True
+    relays_body: Final = False
 
     def __init__(
         self, settings: Settings, store: ResponseStore, keyed: Callable[[], bool] | None = None
@@ -109,19 +112,21 @@ class ResponsesDoor:
         payload = incoming.payload
         owner = request_owner(incoming.scope["headers"], self._keyed())
         try:
+            _check_host(payload, incoming.scope.get(FOREIGN_HOST))
             history = await self._history(payload, owner)
             references = await self._references(payload, history, owner)
             if incoming.large:
-                tr = await trio.to_thread.run_sync(
-                    translate_request,
+                tr, request = await trio.to_thread.run_sync(
+                    _translate,
                     payload,
                     self._options,
                     history,
                     references,
+                    True,
                     limiter=self._large_bodies,
                 )
             else:
-                tr = translate_request(payload, self._options, history, references)
+                tr, request = _translate(payload, self._options, history, references, False)
         except ProxyError as exc:
             stream = isinstance(payload, dict) and payload.get("stream") is True
             timing = pipeline.record_refused(
@@ -129,10 +134,10 @@ class ResponsesDoor:
             )
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
+        del payload, history, references
+        incoming.release()
         codec = ResponsesCodec(tr, response_id=new_response_id(), created_at=int(time.time()))
-        reply = await pipeline.handle(
-            _upstream_request(tr), codec, incoming.arrived, incoming.tenant
-        )
+        reply = await pipeline.handle(request, codec, incoming.arrived, incoming.tenant)
         if not tr.store:
             return reply
         keep = _Keeper(self._store, tr, codec, owner, self._retention_s)
@@ -181,6 +186,15 @@ class ResponsesDoor:
             return {}
         with reading_the_store():
             return await self._store.find_items(wanted, owner, time.time())
+
+
+def _check_host(payload: object, foreign_host: str | None) -> None:
+    """403 when a keyless gateway got a request that reads stored responses under a name
+    it does not serve them to (``edge.hosts``); a stateless request passes."""
+    if foreign_host is None or not isinstance(payload, dict):
+        return
+    if payload.get("previous_response_id") is not None or item_references(payload):
+        raise host_not_allowed(foreign_host, "stored responses")
 
 
 def _previous_not_found(response_id: str, detail: str = "") -> ProxyError:
@@ -260,5 +274,18 @@ class _StoringStream:
             await aclose()
 
 
-def _upstream_request(tr: ResponsesRequest) -> UpstreamRequest:
-    return UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE)
+def _translate(
+    payload: object,
+    options: TranslationOptions,
+    history: list[dict[str, Any]],
+    references: dict[str, dict[str, Any]],
+    large: bool,
+) -> tuple[ResponsesRequest, UpstreamRequest]:
+    """The translation, and the upstream request made of it; a large body is encoded here,
+    once, and its translated tree dropped (as the Chat door does, ``openai_chat._translate``)."""
+    tr = translate_request(payload, options, history, references)
+    if not large:
+        return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE)
+    content = encode_body(tr.body)
+    tr = replace(tr, body=outline(tr.body))
+    return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE, content=content)

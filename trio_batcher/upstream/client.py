@@ -29,7 +29,7 @@ from ..errors import ProxyError
 from ..settings import Settings
 from .errors import upstream_error
 from .pool import PooledResponse, UpstreamPool
-from .request import UpstreamRequest
+from .request import UpstreamRequest, encode_body
 from .resilience import StreamEvent
 from .sse import SSEDecoder, SSEError
 
@@ -293,19 +293,7 @@ class UpstreamClient:
     async def _send(self, url: httpcore2.URL, request: UpstreamRequest) -> PooledResponse:
         content = request.content
         if content is None:
-            text = json.dumps(request.body, separators=(",", ":"), ensure_ascii=False)
-            try:
-                content = text.encode()
-            except UnicodeEncodeError:
-                # The doors refuse unpaired surrogates where they can name the field; this is
-                # the net under them, so that no input becomes a 500 here.
-                raise ProxyError(
-                    400,
-                    "The request contains text that is not valid Unicode (an unpaired "
-                    "UTF-16 surrogate).",
-                    type="invalid_request_error",
-                    code="invalid_json",
-                ) from None
+            content = encode_body(request.body)
         if len(content) > MAX_REQUEST_BYTES:
             # The translation can outgrow the client's body (each OpenAI message becomes a
             # block list); the upstream would only refuse it after reading it all.

@@ -7,11 +7,43 @@ observatory -- handles one currency and has no per-dialect branches.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
-__all__ = ["UpstreamRequest"]
+from ..errors import ProxyError
+
+__all__ = ["UpstreamRequest", "encode_body", "outline"]
+
+# The fields of a Messages request that carry the conversation: everything large.
+_CONVERSATION: Final = frozenset({"messages", "system", "tools"})
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as the upstream receives it: compact JSON, UTF-8.
+
+    Raises:
+      ProxyError: 400 ``invalid_json`` for a string that is not valid Unicode (an unpaired
+        surrogate). The doors refuse those where they can name the field; this is the net
+        under them, so that no input becomes a 500.
+    """
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise ProxyError(
+            400,
+            "The request contains text that is not valid Unicode (an unpaired UTF-16 surrogate).",
+            type="invalid_request_error",
+            code="invalid_json",
+        ) from None
+
+
+def outline(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` without the conversation (messages, system, tools): what the pipeline reads
+    (``model``, ``stream``, the caps) once the body itself travels as ``content``."""
+    return {k: v for k, v in body.items() if k not in _CONVERSATION}
 
 
 @final
