@@ -266,7 +266,7 @@ class Pipeline:
                     self._upstream,
                     self._resilience,
                     self.settings,
-                    [request],
+                    request,
                     deadline,
                     send,
                 ),
