@@ -22,7 +22,6 @@ from ..upstream.resilience import (
     Resilience,
     StreamEvent,
     StreamStart,
-    call_with_resilience,
     open_until_content,
 )
 from .relay import HEADERS_EVENT, deadline_error
@@ -57,14 +56,13 @@ async def pump_stream(
     model = request.model
     async with send:
         with trio.move_on_at(deadline) as scope:
-            start = await call_with_resilience(
+            start = await resilience.call(
                 partial(
                     open_until_content,
                     partial(upstream.open_stream, request),
                     error_for=_prelude_error,
                 ),
                 deadline=deadline,
-                ctx=resilience,
                 headers_of=_stream_headers_of,
                 model=model,
             )
