@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import gc
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -9,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batcher.admission.dispatch import DirectDispatcher, Dispatcher, Ticket
-from trio_batcher.admission.windows import Batcher, FlushReason
+from trio_batcher.admission.dispatch import Dispatcher, Ticket
+from trio_batcher.admission.windows import FlushReason, WindowPolicy
 from trio_batcher.errors import ProxyError
 
 
@@ -61,15 +64,20 @@ class Outcomes:
         self.at[name] = trio.current_time()
 
 
-def batcher(**overrides: Any) -> Batcher:
-    config: dict[str, Any] = {
-        "max_size": 10,
-        "max_wait": 0.25,
-        "max_concurrency": 10,
-        "window_timeout": 100.0,
-    }
-    config.update(overrides)
-    return Batcher(**config)
+def batcher(
+    *,
+    max_size: int = 10,
+    max_wait: float = 0.25,
+    max_concurrency: int = 10,
+    window_timeout: float = 100.0,
+    on_flush: Callable[[int, FlushReason], None] | None = None,
+) -> Dispatcher:
+    """A dispatcher with admission windows (``BATCH_ENABLED=1``)."""
+    return Dispatcher(
+        limiter=trio.CapacityLimiter(max_concurrency),
+        windows=WindowPolicy(max_size=max_size, max_wait=max_wait, window_timeout=window_timeout),
+        on_flush=on_flush,
+    )
 
 
 def assert_idle(dispatcher: Dispatcher) -> None:
@@ -185,7 +193,7 @@ async def test_on_flush_reports_each_flushed_window_once(
 ) -> None:
     flushes: list[tuple[int, FlushReason, float]] = []
     up = FakeUpstream()
-    b = Batcher(
+    b = batcher(
         max_size=2,
         max_wait=0.25,
         max_concurrency=4,
@@ -544,15 +552,9 @@ async def test_submit_before_run_is_a_programming_error(
         b.submit_nowait(FakeUpstream().job("early"))
 
 
-async def test_batcher_rejects_a_limiter_that_disagrees_with_max_concurrency() -> None:
-    with pytest.raises(ValueError, match="max_concurrency"):
-        Batcher(
-            max_size=1,
-            max_wait=0,
-            max_concurrency=2,
-            window_timeout=1,
-            limiter=trio.CapacityLimiter(3),
-        )
+async def test_admission_windows_need_a_limiter() -> None:
+    with pytest.raises(ValueError, match="limiter"):
+        Dispatcher(windows=WindowPolicy(max_size=1, max_wait=0, window_timeout=1))
 
 
 # -- direct dispatch -----------------------------------------------------------------------
@@ -561,7 +563,7 @@ async def test_batcher_rejects_a_limiter_that_disagrees_with_max_concurrency() -
 async def test_direct_dispatcher_starts_every_job_at_once_without_a_limiter(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    up, d = FakeUpstream(), DirectDispatcher()
+    up, d = FakeUpstream(), Dispatcher()
     async with trio.open_nursery() as nursery:
         await nursery.start(d.run)
         tickets = [d.submit_nowait(up.job(n, 1.0)) for n in "abc"]
@@ -577,7 +579,7 @@ async def test_direct_dispatcher_starts_every_job_at_once_without_a_limiter(
 async def test_direct_dispatcher_with_a_limiter_queues_fifo_and_cancels_waiters(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    up, d = FakeUpstream(), DirectDispatcher(limiter=trio.CapacityLimiter(1))
+    up, d = FakeUpstream(), Dispatcher(limiter=trio.CapacityLimiter(1))
     async with trio.open_nursery() as nursery:
         await nursery.start(d.run)
         tickets = [d.submit_nowait(up.job(n, 1.0)) for n in "abc"]
@@ -593,7 +595,7 @@ async def test_direct_dispatcher_with_a_limiter_queues_fifo_and_cancels_waiters(
 async def test_direct_dispatcher_never_calls_a_job_cancelled_before_its_task_started(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    up, d = FakeUpstream(), DirectDispatcher()
+    up, d = FakeUpstream(), Dispatcher()
     async with trio.open_nursery() as nursery:
         await nursery.start(d.run)
         ticket = d.submit_nowait(up.job("x"))
@@ -608,7 +610,7 @@ async def test_direct_dispatcher_never_calls_a_job_cancelled_before_its_task_sta
 async def test_direct_call_runs_the_job_in_the_callers_own_task(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    dispatcher = DirectDispatcher()
+    dispatcher = Dispatcher()
     caller = trio.lowlevel.current_task()
     ran_in: list[trio.lowlevel.Task] = []
 
@@ -633,7 +635,7 @@ async def test_direct_call_runs_the_job_in_the_callers_own_task(
 async def test_cancel_remaining_reaches_inline_calls_with_503(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    dispatcher = DirectDispatcher()
+    dispatcher = Dispatcher()
     outcomes: list[object] = []
 
     async def stuck() -> None:
@@ -657,14 +659,44 @@ async def test_cancel_remaining_reaches_inline_calls_with_503(
 async def test_a_batcher_call_goes_through_its_window(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    batcher = Batcher(max_size=10, max_wait=0.02, max_concurrency=2, window_timeout=60)
+    windowed = batcher(max_size=10, max_wait=0.02, max_concurrency=2, window_timeout=60)
     started: list[float] = []
 
     async def job() -> None:
         started.append(trio.current_time())
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(batcher.run)
-        await batcher.call(job)
-        batcher.close()
+        await nursery.start(windowed.run)
+        await windowed.call(job)
+        windowed.close()
     assert started == [0.02]
+
+
+@pytest.mark.parametrize("windows", [False, True])
+async def test_a_running_job_is_held_by_its_own_frame_only(
+    autojump_clock: trio.testing.MockClock, windows: bool
+) -> None:
+    # What a job's arguments hold (a stream's request body, for minutes) lives no longer
+    # than the job's own frame keeps it: the ticket lets go of the job as it calls it.
+    class Body:
+        pass
+
+    async def stream(body: Body | None) -> str:
+        del body  # what a stream job does with its request once the stream is open
+        await trio.sleep(10)
+        return "done"
+
+    body = Body()
+    alive = weakref.ref(body)
+    d = batcher(max_size=1) if windows else Dispatcher(limiter=trio.CapacityLimiter(1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(d.run)
+        ticket = d.submit_nowait(functools.partial(stream, body))
+        del body
+        await trio.sleep(1)
+        assert ticket.state == "running"
+        gc.collect()
+        assert alive() is None
+        assert await ticket.wait() == "done"
+        d.close()
+    assert_idle(d)

@@ -1,4 +1,4 @@
-"""Random traffic at a Batcher (alone, and behind the admission gate) under virtual time.
+"""Random traffic at a dispatcher with admission windows (alone, and behind the admission gate) under virtual time.
 
 Each example is one ``trio.run`` under ``MockClock(autojump_threshold=0)``: callers arrive at
 random times, some leave at random times, jobs take random durations and some fail, and
@@ -16,9 +16,9 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trio_batcher.admission.dispatch import Ticket
+from trio_batcher.admission.dispatch import Dispatcher, Ticket
 from trio_batcher.admission.gate import AdmissionGate, Shed
-from trio_batcher.admission.windows import Batcher, FlushReason
+from trio_batcher.admission.windows import FlushReason, WindowPolicy
 from trio_batcher.errors import ProxyError
 
 # Coarse time grids make simultaneous events (the interesting races) common.
@@ -100,12 +100,14 @@ class World:
 
 async def scenario(
     config: Config, callers: list[Caller], gate_config: GateConfig | None, world: World
-) -> Batcher:
-    batcher = Batcher(
-        max_size=config.max_size,
-        max_wait=config.max_wait,
-        max_concurrency=config.cap,
-        window_timeout=config.window_timeout,
+) -> Dispatcher:
+    batcher = Dispatcher(
+        limiter=trio.CapacityLimiter(config.cap),
+        windows=WindowPolicy(
+            max_size=config.max_size,
+            max_wait=config.max_wait,
+            window_timeout=config.window_timeout,
+        ),
         on_flush=lambda size, reason: world.flushes.append((size, reason)),
     )
     gate = (
@@ -226,7 +228,7 @@ async def scenario(
     return batcher
 
 
-def check(config: Config, callers: list[Caller], world: World, batcher: Batcher) -> None:
+def check(config: Config, callers: list[Caller], world: World, batcher: Dispatcher) -> None:
     # Every caller got exactly one outcome.
     assert sorted(world.outcomes) == list(range(len(callers)))
     assert all(len(o) == 1 for o in world.outcomes.values()), world.outcomes

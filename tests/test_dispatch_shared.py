@@ -13,8 +13,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batcher.admission.dispatch import DirectDispatcher
-from trio_batcher.admission.windows import Batcher
+from trio_batcher.admission.dispatch import Dispatcher
+from trio_batcher.admission.windows import WindowPolicy
 from trio_batcher.errors import ProxyError
 
 
@@ -50,13 +50,11 @@ class FakeShared:
         self._changed.unpark_all()
 
 
-def batcher(shared: FakeShared, local: int = 4) -> Batcher:
-    return Batcher(
-        max_size=8,
-        max_wait=0.01,
-        max_concurrency=local,
-        window_timeout=60,
+def batcher(shared: FakeShared, local: int = 4) -> Dispatcher:
+    return Dispatcher(
+        limiter=trio.CapacityLimiter(local),
         shared=shared,
+        windows=WindowPolicy(max_size=8, max_wait=0.01, window_timeout=60),
     )
 
 
@@ -151,7 +149,7 @@ async def test_a_refused_shared_slot_is_the_tickets_error_and_leaks_nothing(
         raise AssertionError("must not run without a shared slot")
 
     limiter = trio.CapacityLimiter(2)
-    d = DirectDispatcher(limiter=limiter, shared=shared) if direct else batcher(shared, 2)
+    d = Dispatcher(limiter=limiter, shared=shared) if direct else batcher(shared, 2)
     async with trio.open_nursery() as nursery:
         await nursery.start(d.run)
         ticket = d.submit_nowait(job)

@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from trio_batcher.admission.dispatch import DirectDispatcher, Dispatcher
+from trio_batcher.admission.dispatch import Dispatcher
 from trio_batcher.admission.gate import AdmissionGate
-from trio_batcher.admission.windows import Batcher
+from trio_batcher.admission.windows import WindowPolicy
 from trio_batcher.errors import ProxyError
 from trio_batcher.observatory.metrics import MetricsRegistry
 from trio_batcher.observatory.pricing import load_pricing
@@ -117,7 +117,7 @@ async def _fire(chat: Pipeline, count: int) -> list[JSONReply]:
 
 
 async def test_direct_path_adds_no_queue_wait(autojump_clock: trio.testing.MockClock) -> None:
-    async with pipeline(Settings(), DirectDispatcher()) as (chat, metrics):
+    async with pipeline(Settings(), Dispatcher()) as (chat, metrics):
         replies = await _fire(chat, 3)
         assert trio.current_time() == 1.0
     assert {r.headers["Server-Timing"] for r in replies} == {
@@ -133,7 +133,10 @@ async def test_batching_queue_wait_is_exactly_the_window_wait(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     settings = Settings(batch_enabled=True, batch_max_wait_ms=20, batch_max_size=100)
-    batcher = Batcher(max_size=100, max_wait=0.02, max_concurrency=16, window_timeout=600)
+    batcher = Dispatcher(
+        limiter=trio.CapacityLimiter(16),
+        windows=WindowPolicy(max_size=100, max_wait=0.02, window_timeout=600),
+    )
     async with pipeline(settings, batcher) as (chat, metrics):
         replies = await _fire(chat, 3)
         assert trio.current_time() == 1.02
@@ -152,13 +155,16 @@ async def test_queue_wait_includes_the_limiter_and_the_gate(
 ) -> None:
     # cap 2 with 1 s calls: six requests start at 0, 0, 1, 1, 2, 2 after a 10 ms window.
     settings = Settings(batch_enabled=True, batch_max_wait_ms=10, batch_max_size=100)
-    batcher = Batcher(max_size=100, max_wait=0.01, max_concurrency=2, window_timeout=600)
+    batcher = Dispatcher(
+        limiter=trio.CapacityLimiter(2),
+        windows=WindowPolicy(max_size=100, max_wait=0.01, window_timeout=600),
+    )
     async with pipeline(settings, batcher) as (chat, metrics):
         await _fire(chat, 6)
     queue = metrics.snapshot()["timing"]["queue_ms"]
     assert (queue["p50"], queue["max"], queue["sample_count"]) == (1010.0, 2010.0, 6)
     # The gate: one slot, so the second request waits the first one's full second.
-    async with pipeline(Settings(max_inflight=1, max_queue=4), DirectDispatcher()) as (
+    async with pipeline(Settings(max_inflight=1, max_queue=4), Dispatcher()) as (
         chat,
         metrics,
     ):
@@ -171,7 +177,7 @@ async def test_retries_and_their_waits_are_upstream_time_not_overhead(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # A 529 after 1 s, a 2 s wait the upstream asked for, then a 1 s answer.
-    async with pipeline(Settings(), DirectDispatcher(), FailsFirst(1)) as (chat, metrics):
+    async with pipeline(Settings(), Dispatcher(), FailsFirst(1)) as (chat, metrics):
         [reply] = await _fire(chat, 1)
     assert reply.headers["Server-Timing"] == (
         "queue;dur=0.0, upstream;dur=4000.0, ttfb;dur=250.0, overhead;dur=0.0, total;dur=4000.0"
@@ -183,7 +189,7 @@ async def test_a_failed_call_is_upstream_time_and_its_error_says_so(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     no_retries = Resilience(ResilienceConfig(max_retries=0))
-    async with pipeline(Settings(), DirectDispatcher(), FailsFirst(1), no_retries) as (
+    async with pipeline(Settings(), Dispatcher(), FailsFirst(1), no_retries) as (
         chat,
         metrics,
     ):

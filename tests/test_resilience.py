@@ -22,14 +22,15 @@ import trio.testing
 from trio_batcher.errors import ProxyError
 from trio_batcher.upstream.errors import upstream_error
 from trio_batcher.upstream.resilience import (
+    AdaptiveController,
     AdaptiveLimit,
     Cooldown,
+    CooldownReason,
     Resilience,
     ResilienceConfig,
     RetryBudget,
     StreamEvent,
     StreamStart,
-    call_with_resilience,
     classify,
     open_until_content,
     parse_go_duration,
@@ -122,9 +123,7 @@ def _no_jitter() -> float:
 
 
 async def call(upstream: FakeUpstream, ctx: Resilience, *, deadline: float = math.inf) -> Reply:
-    return await call_with_resilience(
-        upstream.attempt, deadline=deadline, ctx=ctx, headers_of=lambda r: r.headers
-    )
+    return await ctx.call(upstream.attempt, deadline=deadline, headers_of=lambda r: r.headers)
 
 
 # -- the policy (pure) ----------------------------------------------------------------------
@@ -627,10 +626,9 @@ async def test_current_limit_is_none_when_adaptive_is_off() -> None:
 async def call_model(
     upstream: FakeUpstream, ctx: Resilience, model: str, *, deadline: float = math.inf
 ) -> Reply:
-    return await call_with_resilience(
+    return await ctx.call(
         upstream.attempt,
         deadline=deadline,
-        ctx=ctx,
         headers_of=lambda r: r.headers,
         model=model,
     )
@@ -863,10 +861,9 @@ class FakeStreamingUpstream:
 async def open_with_resilience(
     upstream: FakeStreamingUpstream, ctx: Resilience
 ) -> StreamStart[FakeStream]:
-    return await call_with_resilience(
+    return await ctx.call(
         partial(open_until_content, upstream.open_stream, error_for=stream_error),
         deadline=math.inf,
-        ctx=ctx,
         headers_of=lambda start: start.headers,
     )
 
@@ -965,49 +962,97 @@ async def test_an_attempt_cut_off_by_the_deadline_counts_as_a_timeout(
 # -- cooldowns shared with other instances -----------------------------------------------
 
 
+class FakeCluster:
+    """A ``SharedResilience`` that records what it is told and answers retries from a list."""
+
+    def __init__(
+        self, retries: Iterable[bool] = (), adaptive: AdaptiveController | None = None
+    ) -> None:
+        self.told: list[tuple[str | None, float, str]] = []
+        self.requests = 0
+        self.asked: list[float] = []
+        self._answers = iter(retries)
+        self._adaptive = adaptive
+
+    @property
+    def adaptive(self) -> AdaptiveController | None:
+        return self._adaptive
+
+    def cooldown_opened(self, scope: str | None, seconds: float, reason: CooldownReason) -> None:
+        self.told.append((scope, seconds, reason))
+
+    def request_started(self) -> None:
+        self.requests += 1
+
+    async def spend_retry(self) -> bool:
+        self.asked.append(trio.current_time())
+        return next(self._answers)
+
+
 async def test_every_cooldown_opened_here_is_told_to_the_shared_state(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    told: list[tuple[str | None, float, str]] = []
+    cluster = FakeCluster()
     ctx = Resilience(ResilienceConfig(max_retries=0), rng=_no_jitter)
-    ctx.on_cooldown = lambda scope, seconds, reason: told.append((scope, seconds, reason))
-    for error, model in ((partial(overloaded, 2.0), "m1"), (partial(rate_limited, 3.0), "m2")):
-        upstream = FakeUpstream([Step(error=error)])
-        with pytest.raises(ProxyError):
-            await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model=model)
-    assert told == [(None, 2.0, "overloaded"), ("m2", 3.0, "rate_limited")]
+    with ctx.sharing(cluster):
+        for error, model in (
+            (partial(overloaded, 2.0), "m1"),
+            (partial(rate_limited, 3.0), "m2"),
+        ):
+            upstream = FakeUpstream([Step(error=error)])
+            with pytest.raises(ProxyError):
+                await ctx.call(upstream.attempt, deadline=math.inf, model=model)
+    assert cluster.told == [(None, 2.0, "overloaded"), ("m2", 3.0, "rate_limited")]
+    assert cluster.requests == 2
+    # Once the block is left, nothing is told any more.
+    with pytest.raises(ProxyError):
+        await ctx.call(FakeUpstream([Step(error=partial(overloaded, 9.0))]).attempt, deadline=99)
+    assert len(cluster.told) == 2 and cluster.requests == 2
 
 
 async def test_a_cooldown_adopted_from_another_instance_holds_calls_and_is_not_told_back(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    told: list[object] = []
+    cluster = FakeCluster()
     ctx = Resilience(rng=_no_jitter)
-    ctx.on_cooldown = lambda *args: told.append(args)
-    ctx.adopt_cooldown("m1", 2.0, "rate_limited")
-    upstream = FakeUpstream()
-    await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model="m1")
-    await call_with_resilience(upstream.attempt, deadline=math.inf, ctx=ctx, model="m2")
+    with ctx.sharing(cluster):
+        ctx.adopt_cooldown("m1", 2.0, "rate_limited")
+        upstream = FakeUpstream()
+        await ctx.call(upstream.attempt, deadline=math.inf, model="m1")
+        await ctx.call(upstream.attempt, deadline=math.inf, model="m2")
     assert upstream.starts == [2.0, 2.0]  # m1 waited out the adopted hold; m2 was not held
-    assert told == []
+    assert cluster.told == []
 
 
 async def test_with_a_shared_budget_the_cluster_decides_each_retry(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    answers = iter([True, False])
-    asked: list[float] = []
-
-    async def shared_retry() -> bool:
-        asked.append(trio.current_time())
-        return next(answers)
-
+    cluster = FakeCluster(retries=[True, False])
     ctx = Resilience(ResilienceConfig(max_retries=5, budget_min_retries=0), rng=lambda: 0.5)
-    ctx.shared_retry = shared_retry  # the local budget (0 here) is not consulted
     upstream = FakeUpstream(then=Step(error=partial(server_error, 500)))
-    with pytest.raises(ProxyError):
+    with ctx.sharing(cluster), pytest.raises(ProxyError):  # the local budget (0) is not asked
         await call(upstream, ctx)
     assert len(upstream.starts) == 2  # one retry granted, the next one denied
-    assert len(asked) == 2
+    assert len(cluster.asked) == 2
     stats = ctx.statistics()
     assert (stats.retries, stats.retries_denied_by_budget) == (1, 1)
+
+
+async def test_while_shared_the_clusters_adaptive_limit_decides_and_the_local_one_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = trio.CapacityLimiter(8)
+    ctx = Resilience(ResilienceConfig(adaptive=True, max_retries=0), limiter=limiter)
+    with contextlib.suppress(ProxyError):
+        await call(FakeUpstream([Step(error=partial(overloaded, None))]), ctx)
+    assert limiter.total_tokens == 7  # this process's own limit cut once
+    cluster_limit = AdaptiveLimit(trio.CapacityLimiter(5))
+    with ctx.sharing(FakeCluster(adaptive=cluster_limit)):
+        # The local limiter is opened to the cap; the cluster's limit takes the overloads.
+        assert limiter.total_tokens == 8
+        with contextlib.suppress(ProxyError):
+            await call(FakeUpstream([Step(error=partial(overloaded, None))]), ctx)
+        assert ctx.statistics().current_limit == cluster_limit.limit == 4
+        with pytest.raises(RuntimeError), ctx.sharing(FakeCluster()):  # one cluster at a time
+            pass
+    assert limiter.total_tokens == ctx.statistics().current_limit == 7

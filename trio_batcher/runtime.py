@@ -14,9 +14,9 @@ from typing import Any, final
 
 import trio
 
-from .admission.dispatch import DirectDispatcher, Dispatcher
+from .admission.dispatch import Dispatcher
 from .admission.gate import AdmissionGate
-from .admission.windows import Batcher
+from .admission.windows import WindowPolicy
 from .cluster.shared_state import SharedState
 from .cluster.spend import RedisSpendStore
 from .edge.models import ModelCatalogue, find_model
@@ -68,9 +68,15 @@ class Runtime:
                 known_tenants=lambda: self.tenants.directory.names(),
             )
         limiter: trio.CapacityLimiter | None = None
+        windows: WindowPolicy | None = None
         if settings.batch_enabled:
             # One limiter, shared by every window and retuned by the adaptive controller.
             limiter = trio.CapacityLimiter(settings.batch_max_concurrency)
+            windows = WindowPolicy(
+                max_size=settings.batch_max_size,
+                max_wait=settings.batch_max_wait_s,
+                window_timeout=settings.batch_timeout_s,
+            )
         self.resilience = Resilience(
             ResilienceConfig(
                 max_retries=settings.upstream_max_retries,
@@ -86,19 +92,12 @@ class Runtime:
         self.shared: SharedState | None = None
         if settings.redis_url is not None and limiter is not None:
             self.shared = SharedState(settings, self.resilience, settings.batch_max_concurrency)
-        self.dispatcher: Dispatcher
-        if limiter is not None:
-            self.dispatcher = Batcher(
-                max_size=settings.batch_max_size,
-                max_wait=settings.batch_max_wait_s,
-                max_concurrency=settings.batch_max_concurrency,
-                window_timeout=settings.batch_timeout_s,
-                limiter=limiter,
-                on_flush=self.metrics.record_window if self.metrics is not None else None,
-                shared=self.shared,
-            )
-        else:
-            self.dispatcher = DirectDispatcher()
+        self.dispatcher = Dispatcher(
+            limiter=limiter,
+            shared=self.shared,
+            windows=windows,
+            on_flush=self.metrics.record_window if self.metrics is not None else None,
+        )
         # Budgets are enforced once ``run_ledger`` has loaded what was spent.
         self.rate_limits = TenantRateLimits()
         self.ledger: SpendLedger | None = None

@@ -10,8 +10,9 @@ process's own while ``run()`` runs. ``run()`` is started in the app's nursery be
 dispatcher, so a job never asks for a slot before there is a link; a Redis that is down at
 startup is not a failure to start, just an instance that begins in fallback.
 
-Cooldowns go out through a bounded channel: ``Resilience.on_cooldown`` is called
-synchronously where the failure is classified, and must not wait for Redis. A cooldown
+While ``run()`` runs it holds ``Resilience.sharing(self)`` open (it is the resilience layer's
+``SharedResilience``). Cooldowns go out through a bounded channel: ``cooldown_opened`` is
+called synchronously where the failure is classified, and must not wait for Redis. A cooldown
 that cannot be published (channel full, Redis down) still holds this instance, and the
 others learn of the upstream's limit from their own next reply.
 """
@@ -137,11 +138,7 @@ class SharedState:
                 window_s=config.budget_window_s,
                 min_retries=config.budget_min_retries,
             )
-            self._resilience.on_cooldown = self._tell
-            self._resilience.on_request = self._count_request
-            self._resilience.shared_retry = self._spend_retry
-            self._resilience.share_adaptive(self._adaptive)
-            try:
+            with self._resilience.sharing(self):
                 async with trio.open_nursery() as nursery:
                     if self._adaptive is not None:
                         await nursery.start(self._adaptive.run)
@@ -152,11 +149,6 @@ class SharedState:
                     nursery.start_soon(self._count_requests_periodically)
                     nursery.start_soon(self._rejoin_after_outages)
                     task_status.started()
-            finally:
-                self._resilience.on_cooldown = None
-                self._resilience.on_request = None
-                self._resilience.shared_retry = None
-                self._resilience.share_adaptive(None)
 
     async def _rejoin_after_outages(self) -> None:
         """After every return to shared, put the calls admitted locally into Redis."""
@@ -176,7 +168,13 @@ class SharedState:
         if self._adaptive is not None:
             self._adaptive.observe(capacity, epoch)
 
-    def _tell(self, scope: str | None, seconds: float, reason: str) -> None:
+    # -- SharedResilience (see ``run``) ---------------------------------------------------------
+
+    @property
+    def adaptive(self) -> SharedAdaptiveLimit | None:
+        return self._adaptive
+
+    def cooldown_opened(self, scope: str | None, seconds: float, reason: str) -> None:
         try:
             self._send.send_nowait((scope, seconds, reason))
         except trio.WouldBlock:
@@ -195,7 +193,7 @@ class SharedState:
             else:
                 self._published += 1
 
-    def _count_request(self) -> None:
+    def request_started(self) -> None:
         self._requests_to_count += 1
 
     async def _count_requests_periodically(self) -> None:
@@ -213,7 +211,7 @@ class SharedState:
             except ClusterUnavailable as exc:
                 self.fallback.report_failure(exc)
 
-    async def _spend_retry(self) -> bool:
+    async def spend_retry(self) -> bool:
         """One retry from the cluster's budget; this instance's own while Redis fails."""
         if self._budget is not None and self.fallback.shared:
             try:

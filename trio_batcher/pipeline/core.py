@@ -52,11 +52,7 @@ from ..settings import Settings
 from ..tenants import Tenant
 from ..upstream.client import UpstreamClient, UpstreamReply
 from ..upstream.request import UpstreamRequest
-from ..upstream.resilience import (
-    Resilience,
-    StreamEvent,
-    call_with_resilience,
-)
+from ..upstream.resilience import Resilience, StreamEvent
 from .contract import CLIENT_CLOSED, JSONReply, ReplyCodec, StreamReply
 from .relay import StreamRelay, deadline_error
 from .stream_job import pump_stream
@@ -198,10 +194,9 @@ class Pipeline:
         async def job() -> UpstreamReply:
             nonlocal dispatched
             dispatched = trio.current_time()
-            return await call_with_resilience(
+            return await self._resilience.call(
                 partial(self._upstream.create_message, request),
                 deadline=deadline,
-                ctx=self._resilience,
                 headers_of=_reply_headers_of,
                 model=request.model,
             )
@@ -266,7 +261,7 @@ class Pipeline:
                     self._upstream,
                     self._resilience,
                     self.settings,
-                    [request],
+                    request,
                     deadline,
                     send,
                 ),
@@ -381,10 +376,9 @@ class Pipeline:
             reply = None
             started = trio.current_time()
             with trio.move_on_at(deadline):
-                reply = await call_with_resilience(
+                reply = await self._resilience.call(
                     partial(self._upstream.count_tokens, request),
                     deadline=deadline,
-                    ctx=self._resilience,
                     headers_of=_reply_headers_of,
                     model=request.model,
                 )

@@ -1,6 +1,6 @@
 """One stream's life after the upstream said 200: from the first event to the last byte.
 
-The stream job (``Pipeline._pump``) forwards upstream events into a bounded channel; a
+The stream job (``stream_job.pump_stream``) forwards upstream events into a bounded channel; a
 ``StreamRelay`` reads them, keeps the dialect-free facts (``StreamTally``: usage, whether
 the answer is whole), and has the door's ``StreamCodec`` encode each one for the client.
 
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
 from ..admission.dispatch import Ticket
 from ..admission.gate import Slot
 from ..errors import ProxyError
-from ..observatory.metrics import Timing
+from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
 from ..upstream.errors import client_status, status_for_error_type
 from ..upstream.request import UpstreamRequest
@@ -31,10 +31,7 @@ from .contract import CLIENT_CLOSED, ReplyCodec, StreamCodec
 from .tally import StreamTally, event_kind
 from .tenancy import TenantGrant
 
-if TYPE_CHECKING:
-    from .core import Pipeline
-
-__all__ = ["HEADERS_EVENT", "StreamRelay", "deadline_error"]
+__all__ = ["HEADERS_EVENT", "RelayOwner", "StreamRelay", "deadline_error"]
 
 # First item the stream pump sends: the upstream's response headers and timing.
 HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
@@ -63,6 +60,35 @@ def _stream_error_status(data: Mapping[str, Any]) -> int:
     return client_status(status_for_error_type(kind))
 
 
+class RelayOwner(Protocol):
+    """What a relay needs of the pipeline that started it (``core.Pipeline``): the settings,
+    and its bookkeeping for the stream's end."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def metrics(self) -> MetricsRegistry | None: ...
+
+    def timing(
+        self,
+        arrived: float,
+        dispatched: float | None,
+        started_at: float | None = None,
+        first_byte_at: float | None = None,
+        finished_at: float | None = None,
+        first_token_at: float | None = None,
+    ) -> Timing: ...
+
+    def record_error(
+        self,
+        request: UpstreamRequest,
+        status: int,
+        timing: Timing,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+
 class _Expired(Exception):
     """The relay was closed from outside (``expire``) while its body was suspended."""
 
@@ -81,7 +107,7 @@ class StreamRelay:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: RelayOwner,
         request: UpstreamRequest,
         encoder: StreamCodec,
         ticket: Ticket[None],

@@ -22,7 +22,6 @@ from ..upstream.resilience import (
     Resilience,
     StreamEvent,
     StreamStart,
-    call_with_resilience,
     open_until_content,
 )
 from .relay import HEADERS_EVENT, deadline_error
@@ -38,16 +37,15 @@ async def pump_stream(
     upstream: UpstreamClient,
     resilience: Resilience,
     settings: Settings,
-    handover: list[UpstreamRequest],
+    request: UpstreamRequest,
     deadline: float,
     send: trio.MemorySendChannel[StreamEvent],
 ) -> None:
     """The stream job: relay upstream events into ``send`` until the stream ends.
 
-    The request comes in ``handover``, a list the job empties: the dispatcher holds a
-    job's arguments for as long as it runs, and once the stream is open (nothing is
-    retried after that) its body -- for an agent, often the whole conversation -- need
-    not live as long as the stream.
+    The job lets go of ``request`` once the stream is open (nothing is retried after that),
+    and so does its dispatcher, which drops a job as it calls it: the body -- for an agent,
+    often the whole conversation -- need not live as long as the stream.
 
     Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
     batching) for the whole stream. Opening the stream and reading up to its first
@@ -55,18 +53,16 @@ async def pump_stream(
     the client may already have content. Returns quietly if the reader went away.
     """
     complete = False
-    request = handover.pop()
     model = request.model
     async with send:
         with trio.move_on_at(deadline) as scope:
-            start = await call_with_resilience(
+            start = await resilience.call(
                 partial(
                     open_until_content,
                     partial(upstream.open_stream, request),
                     error_for=_prelude_error,
                 ),
                 deadline=deadline,
-                ctx=resilience,
                 headers_of=_stream_headers_of,
                 model=model,
             )

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 One ``Resilience`` object per process holds what every upstream call shares; each request
-runs its upstream call through ``call_with_resilience(attempt, deadline=..., ctx=...)``,
-inside its dispatcher job (so it holds its limiter token throughout, backoffs included).
+runs its upstream call through ``resilience.call(attempt, deadline=...)``, inside its
+dispatcher job (so it holds its limiter token throughout, backoffs included).
 
 Per request, a loop of *attempts*:
 
@@ -43,6 +43,12 @@ or a backoff sleep propagates at once and no further attempt starts; the waiting
 restored in ``finally``. The module never imposes a deadline itself: the caller's
 ``trio.move_on_at(deadline)`` does, and ``deadline`` is passed in only for decisions.
 
+Shared with a cluster (``REDIS_URL``): for as long as ``cluster.SharedState`` runs it holds
+``Resilience.sharing(shared)`` open, with itself as the small ``SharedResilience`` protocol
+(``_shared``): the cooldowns this process opens are told to it, requests are counted there,
+the budget step asks the cluster's budget, and the cluster's adaptive limit decides. The
+cooldowns other instances opened come back through ``adopt_cooldown``.
+
 Coordination off (``coordinated=False``): the cooldown and rate-limit holds are ignored, so
 each request only honours its own ``retry-after`` -- what independent clients would do.
 """
@@ -53,10 +59,6 @@ from ._aimd import AdaptiveController as AdaptiveController
 from ._aimd import AdaptiveLimit as AdaptiveLimit
 from ._aimd import AdaptiveStatistics as AdaptiveStatistics
 from ._budget import RetryBudget as RetryBudget
-from ._call import Resilience as Resilience
-from ._call import ResilienceStatistics as ResilienceStatistics
-from ._call import call_with_resilience as call_with_resilience
-from ._call import rate_limit_key as rate_limit_key
 from ._config import ResilienceConfig as ResilienceConfig
 from ._cooldown import Cooldown as Cooldown
 from ._cooldown import CooldownReason as CooldownReason
@@ -67,6 +69,10 @@ from ._policy import classify as classify
 from ._policy import retry_delay as retry_delay
 from ._ratelimit import parse_go_duration as parse_go_duration
 from ._ratelimit import ratelimit_hold as ratelimit_hold
+from ._resilience import Resilience as Resilience
+from ._resilience import ResilienceStatistics as ResilienceStatistics
+from ._resilience import rate_limit_key as rate_limit_key
+from ._shared import SharedResilience as SharedResilience
 from ._stream import EventStream as EventStream
 from ._stream import StreamEvent as StreamEvent
 from ._stream import StreamStart as StreamStart
@@ -85,10 +91,10 @@ __all__ = [
     "ResilienceConfig",
     "ResilienceStatistics",
     "RetryBudget",
+    "SharedResilience",
     "Signal",
     "StreamEvent",
     "StreamStart",
-    "call_with_resilience",
     "classify",
     "open_until_content",
     "parse_go_duration",

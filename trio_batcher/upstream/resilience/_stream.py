@@ -3,7 +3,7 @@
 This is the part of a stream that can still be retried: nothing has been sent to the client
 yet, and an overload that the upstream reports as the stream's first event (a 200 whose
 first event is ``error``) is as retryable as a 529 status. ``open_until_content`` is the
-attempt to hand to ``call_with_resilience``; what it returns is past the point of no return.
+attempt to hand to ``Resilience.call``; what it returns is past the point of no return.
 """
 
 from __future__ import annotations

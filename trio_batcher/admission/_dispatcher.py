@@ -1,14 +1,22 @@
-"""What both dispatchers share: lifecycle, bookkeeping, and handing out limiter tokens.
+"""The dispatcher and its tickets: one room, because they share their bookkeeping.
+
+A ``Ticket`` is the caller's handle on one admitted job; the ``Dispatcher`` runs the job and
+resolves the ticket. They move the same counts (a ticket's phase is a dispatcher gauge) and
+each acts on the other's state (``cancel()`` takes a ticket out of its window; a hand-out
+records which shared slot a ticket holds), so they live in one module, as trio keeps
+``Event``, ``CapacityLimiter``, ``Semaphore`` and ``Lock`` in one ``_sync.py``. ``dispatch``
+is the face that re-exports them.
 
 Theory of operation
 -------------------
 Ownership. ``run()`` is one long-lived task, started in the app's lifetime nursery. It opens
 the dispatcher's nursery; every other task lives inside it. A *group* (a flushed window, or
-one ticket of a :class:`DirectDispatcher` with a limiter) is one task that hands out tokens of
-the shared ``CapacityLimiter``, borrowed on behalf of each ticket, and starts one *job task*
-per ticket as its token arrives, in the group's own nursery. The job task runs the job under
-the ticket's own cancel scope and returns the token in ``finally``: a token is held for
-exactly as long as the job runs -- a streaming job holds it until its stream ends.
+one ticket of a dispatcher with a limiter and no windows) is one task that hands out tokens
+of the shared ``CapacityLimiter``, borrowed on behalf of each ticket, and starts one *job
+task* per ticket as its token arrives, in the group's own nursery. The job task runs the job
+under the ticket's own cancel scope and returns the token in ``finally``: a token is held
+for exactly as long as the job runs -- a streaming job holds it until its stream ends.
+Without a limiter (and so without windows) each job task starts at once.
 
 Token order. Tickets get tokens in the order their groups were enqueued (synchronously, at
 flush) and, within a group, in arrival order. Groups queue in ``_turns``; only the head
@@ -16,6 +24,17 @@ acquires, first with ``acquire_on_behalf_of_nowait`` (so a group whose tokens ar
 all its jobs without a scheduling round-trip), then parked in the limiter. Letting one task
 per ticket race for the limiter would not do: trio runs tasks woken together in an arbitrary
 order (it reverses half its batches on purpose).
+
+Windows (with a ``WindowPolicy``; the rules are in ``windows``). At most one window is open.
+Each window is one task, started when the window opens: it waits for the flush (size and
+drain flushes are decided synchronously and wake it; a time flush is its ``move_on_at``),
+then becomes the window's group, inside a cancel scope whose deadline is
+``flushed_at + window_timeout``. A window whose tickets all left before its flush is
+abandoned: its task exits and the next arrival opens a fresh window.
+
+A job is called once, and let go of as it is called: the ticket drops it, so whatever the
+job's arguments hold (a request body, for a stream possibly for minutes) lives only as long
+as the job's own frame keeps it.
 
 Invariants.
 1. Every ticket is resolved exactly once; the first resolution wins and later ones are ignored.
@@ -29,57 +48,262 @@ Invariants.
    while not running leaves the gauges at once; a running one in its job task's ``finally``.
    Tasks that end early resolve the tickets they were responsible for in ``finally``, so a
    cancelled task leaves no count, token or unresolved ticket behind.
+4. A flushed window never changes membership (a flushed ticket that is cancelled is resolved
+   and its scope cancelled; it is not removed). ``windows_open_size`` is the open window's
+   membership, 0 when none. ``flushed_by_*`` count flushes, not abandoned windows.
 
 Cancellation.
 - ``ticket.cancel()`` resolves the ticket at once (499) and cancels only that ticket's scope:
-  a ticket still waiting (queued, or for a token) is never dispatched; a running job sees
-  ``trio.Cancelled`` at its next checkpoint, so its upstream connection closes at once. Its
-  neighbours are untouched.
-- ``close()`` stops admitting; what was admitted keeps going and ``run()`` returns when it has
-  drained. ``cancel_remaining()`` resolves every unresolved ticket with 503 at once, then
-  cancels the dispatcher's nursery so every job unwinds.
+  a ticket still waiting (in an open window, or for a token) is never dispatched -- a queued
+  one leaves its window; a running job sees ``trio.Cancelled`` at its next checkpoint, so its
+  upstream connection closes at once. Its neighbours are untouched.
+- A window's deadline cancels the window's scope: every ticket of that window not yet done --
+  waiting for a token or running -- fails with 504 ``window_timeout`` (a running job's as soon
+  as the job has unwound), while tickets that already finished keep their results.
+- ``close()`` stops admitting and flushes the open window (``drain``); what was admitted
+  keeps going and ``run()`` returns when it has drained. ``cancel_remaining()`` resolves
+  every unresolved ticket with 503 at once, then cancels the dispatcher's nursery so every
+  job unwinds.
 - ``run()`` cancelled from outside: every task unwinds and resolves its unresolved tickets
-  with 503 in ``finally``.
+  with 503 in ``finally`` (a window's, also before its flush).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Generic, Literal, TypeAlias, TypeVar, final
 
 import trio
 
 from ..errors import ProxyError
 from ._statistics import DispatchStatistics
-from ._tickets import (
-    Job,
-    Phase,
-    Resolution,
-    Ticket,
-    shutdown_error,
-    window_timeout_error,
-)
 from .shared_slots import SharedSlots
+from .windows import FlushReason, WindowPolicy
+
+__all__ = [
+    "Dispatcher",
+    "Job",
+    "Resolution",
+    "Ticket",
+    "TicketState",
+    "cancelled_error",
+    "shutdown_error",
+    "window_timeout_error",
+]
 
 T = TypeVar("T")
 
+Job: TypeAlias = Callable[[], Awaitable[T]]
+TicketState: TypeAlias = Literal["queued", "waiting_token", "running", "done"]
+Resolution: TypeAlias = Literal["succeeded", "failed", "cancelled", "timed_out", "shut_down"]
+# Work phases drive the gauges; "finished" means no task holds the ticket any more.
+_Phase: TypeAlias = Literal["queued", "waiting_token", "running", "finished"]
 
-class _DispatcherBase:
-    """Lifecycle, bookkeeping and token hand-out shared by both dispatchers.
 
-    Subclasses decide *when* a ticket is handed out (``_admit``), whether a queued ticket can
-    simply leave (``_withdraw``), and what closing flushes (``_on_close``).
+def shutdown_error() -> ProxyError:
+    return ProxyError(503, "The gateway is shutting down; retry the request.", code="shutdown")
+
+
+def window_timeout_error() -> ProxyError:
+    return ProxyError(
+        504,
+        "The admission window timed out before this request completed.",
+        code="window_timeout",
+    )
+
+
+def cancelled_error() -> ProxyError:
+    # 499 is nginx's "client closed request": nobody normally reads it, because the caller
+    # that cancelled has gone; it exists so that a ticket always has exactly one outcome.
+    return ProxyError(
+        499,
+        "The request was cancelled by its caller.",
+        type="client_closed_request",
+        code="cancelled",
+    )
+
+
+@final
+class Ticket(Generic[T]):
+    """The caller's handle on one submitted job; made by :meth:`Dispatcher.submit_nowait`.
+
+    Timing attributes (``trio.current_time()``) serve metrics: queue wait is
+    ``started_at - enqueued_at``; ``flushed_at`` is when its window flushed (equal to
+    ``enqueued_at`` without windows); ``None`` means "did not happen (yet)".
+    """
+
+    def __init__(self, job: Job[T], owner: Dispatcher, scope: str | None) -> None:
+        # Dropped as the job is called: see the module's theory of operation.
+        self._job: Job[T] | None = job
+        self._owner = owner
+        self._scope_name = scope  # the model called, for shared cooldowns
+        self._phase: _Phase = "queued"
+        # Entered by the job's task around the job. Created unentered so that cancel() works
+        # before the task starts: entering a cancelled scope cancels at once.
+        self._scope = trio.CancelScope()
+        # Entered by the group's task while it waits for this ticket's token.
+        self._wait_scope = trio.CancelScope()
+        # Handed to a job task, which resolves it in its ``finally`` whatever happens.
+        self._handed_out = False
+        # The shared (cross-instance) slot this ticket's job holds, if any.
+        self._shared_holder: str | None = None
+        self._resolved = trio.Event()
+        self._value: T
+        self._error: Exception | None = None
+        self._resolution: Resolution | None = None
+        self._enqueued_at = trio.current_time()
+        self._flushed_at: float | None = None
+        self._started_at: float | None = None
+        self._finished_at: float | None = None
+
+    async def wait(self) -> T:
+        """Wait for the outcome.
+
+        Returns:
+          The job's result.
+
+        Raises:
+          Exception: the job's own exception, re-raised.
+          ProxyError: 504 ``window_timeout``, 503 ``shutdown``, or 499 ``cancelled``.
+        """
+        await self._resolved.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def cancel(self) -> None:
+        """The caller has left: make sure the job does not run, or stops running.
+
+        Synchronous, idempotent, callable from any task. A queued ticket leaves its window and
+        is never dispatched; a ticket waiting for a token is never dispatched; a running job's
+        own cancel scope is cancelled (nothing else is). No-op once the ticket is done.
+        """
+        if self.done:
+            return
+        self._owner._withdraw(self)
+        self._resolve_error(cancelled_error(), "cancelled")
+        self._wait_scope.cancel()
+        self._scope.cancel()
+
+    @property
+    def done(self) -> bool:
+        return self._resolved.is_set()
+
+    @property
+    def state(self) -> TicketState:
+        if self.done or self._phase == "finished":
+            return "done"
+        return self._phase
+
+    @property
+    def resolution(self) -> Resolution | None:
+        """How the ticket was resolved, for metrics; ``None`` while it is not done."""
+        return self._resolution
+
+    @property
+    def enqueued_at(self) -> float:
+        return self._enqueued_at
+
+    @property
+    def flushed_at(self) -> float | None:
+        return self._flushed_at
+
+    @property
+    def started_at(self) -> float | None:
+        return self._started_at
+
+    @property
+    def finished_at(self) -> float | None:
+        """When the ticket was resolved (not when its job finished unwinding)."""
+        return self._finished_at
+
+    def __repr__(self) -> str:
+        return f"<Ticket state={self.state} resolution={self._resolution}>"
+
+    # For the dispatcher below.
+
+    def _set_phase(self, phase: _Phase) -> None:
+        old = self._phase
+        if old != phase and old != "finished":
+            self._phase = phase
+            counts = self._owner._phase_counts
+            counts[old] -= 1
+            counts[phase] += 1
+
+    def _resolve_value(self, value: T) -> None:
+        if not self.done:
+            self._value = value
+            self._finish("succeeded")
+
+    def _resolve_error(self, error: Exception, resolution: Resolution) -> None:
+        if not self.done:
+            self._error = error
+            self._finish(resolution)
+
+    def _finish(self, resolution: Resolution) -> None:
+        self._resolution = resolution
+        self._finished_at = trio.current_time()
+        self._resolved.set()
+        self._job = None  # never called now
+        self._owner._on_resolved(self, resolution)
+        if self._phase != "running":
+            # Nothing will run it now, so it stops counting as queued/waiting at once; a
+            # running job counts until it has unwound.
+            self._set_phase("finished")
+
+    def _call(self) -> Awaitable[T]:
+        """Call the job, letting go of it: only the returned awaitable holds its arguments."""
+        job, self._job = self._job, None
+        assert job is not None
+        return job()
+
+
+@final
+class _Window:
+    def __init__(self, opened_at: float) -> None:
+        self.opened_at = opened_at
+        # Insertion-ordered so dispatch follows arrival; at most max_size entries.
+        self.tickets: dict[Ticket[Any], None] = {}
+        self.flushed_at: float | None = None
+        self.wake = trio.Event()  # set on a size/drain flush or on abandonment
+
+
+@final
+class Dispatcher:
+    """Runs admitted jobs on behalf of request handlers; see the module's theory of operation.
+
+    Args:
+      limiter: if given, each job holds one of its tokens while it runs (jobs start in
+        submission order as tokens free up); reassign its ``total_tokens`` to retune at run
+        time (the adaptive controller does). By default none: a job starts immediately.
+      shared: slots shared with other instances (Redis), taken after the local token and in
+        the same order; only with a limiter (the cap is the limiter's).
+      windows: group arrivals into admission windows (``BATCH_ENABLED=1``); needs a limiter.
+        By default none: every job is handed out at once, no window, no delay.
+      on_flush: called as ``on_flush(size, reason)`` once per flushed window, synchronously
+        at flush time, after the flush is complete (metrics). Must not raise.
+
+    Raises:
+      ValueError: ``windows`` without a ``limiter``.
     """
 
     def __init__(
-        self, limiter: trio.CapacityLimiter | None, shared: SharedSlots | None = None
+        self,
+        *,
+        limiter: trio.CapacityLimiter | None = None,
+        shared: SharedSlots | None = None,
+        windows: WindowPolicy | None = None,
+        on_flush: Callable[[int, FlushReason], None] | None = None,
     ) -> None:
+        if windows is not None and limiter is None:
+            raise ValueError("admission windows need a limiter (their max_concurrency)")
         self._limiter = limiter
-        # Slots shared with other instances (Redis), taken after the local token and in the
-        # same order; only with a limiter (the cap is the limiter's).
         self._shared = shared if limiter is not None else None
+        self._windows = windows
+        self._on_flush = on_flush
+        self._open: _Window | None = None
         self._nursery: trio.Nursery | None = None
         self._started = False
         self._closed = False
@@ -92,7 +316,7 @@ class _DispatcherBase:
         # the head acquires. Bounded by the number of unresolved tickets.
         self._turns: deque[object] = deque()
         self._turn_lot = trio.lowlevel.ParkingLot()
-        self._phase_counts: dict[Phase, int] = {
+        self._phase_counts: dict[_Phase, int] = {
             "queued": 0,
             "waiting_token": 0,
             "running": 0,
@@ -105,7 +329,7 @@ class _DispatcherBase:
             "timed_out": 0,
             "shut_down": 0,
         }
-        self._flushed_by = {"size": 0, "time": 0, "drain": 0}
+        self._flushed_by: dict[FlushReason, int] = {"size": 0, "time": 0, "drain": 0}
         # Jobs running inline in their callers' tasks (see call()), so cancel_remaining()
         # can reach them. Bounded by what the admission gate lets in.
         self._inline: dict[trio.CancelScope, None] = {}
@@ -131,12 +355,20 @@ class _DispatcherBase:
         nursery = self._nursery
         if nursery is None:
             raise RuntimeError("submit before the dispatcher's run() has started")
-        ticket = Ticket(job, self)
-        ticket._scope_name = scope
+        ticket = Ticket(job, self, scope)
         self._submitted += 1
         self._phase_counts["queued"] += 1
         self._unresolved[ticket] = None
-        self._admit(ticket, nursery)
+        if self._windows is not None:
+            self._join_window(ticket, self._windows, nursery)
+            return ticket
+        ticket._flushed_at = ticket.enqueued_at
+        if self._limiter is None:
+            ticket._handed_out = True
+            nursery.start_soon(self._run_job, ticket, None)
+        else:
+            self._enqueue(ticket, (ticket,))
+            nursery.start_soon(self._run_group_of_one, ticket)
         return ticket
 
     async def submit(self, job: Job[T], *, scope: str | None = None) -> T:
@@ -156,7 +388,7 @@ class _DispatcherBase:
         ``cancel_remaining()`` cancels it with 503 ``shutdown``, and it counts as
         ``running`` meanwhile. Otherwise this is ``submit``.
         """
-        if not self._runs_inline():
+        if self._limiter is not None:
             return await self.submit(job, scope=scope)
         if self._closed:
             raise shutdown_error()
@@ -196,11 +428,13 @@ class _DispatcherBase:
             self._drained.set()
 
     def close(self) -> None:
-        """Stop admitting (``submit_nowait`` raises 503); admitted work keeps going. Idempotent."""
+        """Stop admitting (``submit_nowait`` raises 503) and flush the open window; admitted
+        work keeps going. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._on_close()
+        if self._open is not None:
+            self._flush(self._open, "drain")
         self._close_requested.set()
         if not self._started:
             self._drained.set()
@@ -237,7 +471,7 @@ class _DispatcherBase:
             waiting_token=self._phase_counts["waiting_token"],
             running=self._phase_counts["running"],
             unresolved=len(self._unresolved),
-            windows_open_size=self._open_window_size(),
+            windows_open_size=0 if self._open is None else len(self._open.tickets),
             windows_flushed=sum(flushed.values()),
             flushed_by_size=flushed["size"],
             flushed_by_time=flushed["time"],
@@ -254,29 +488,81 @@ class _DispatcherBase:
             closed=self._closed,
         )
 
-    # Hooks for subclasses.
-
-    def _runs_inline(self) -> bool:
-        """Whether ``call`` may run a job in its caller's task (nothing to wait for)."""
-        return False
-
-    def _admit(self, ticket: Ticket[Any], nursery: trio.Nursery) -> None:
-        raise NotImplementedError
+    # -- for Ticket ---------------------------------------------------------------------------
 
     def _withdraw(self, ticket: Ticket[Any]) -> None:
-        """Take a cancelled ticket out of an open window, if it is in one."""
-
-    def _on_close(self) -> None:
-        pass
-
-    def _open_window_size(self) -> int:
-        return 0
+        """Take a cancelled ticket out of the open window, if it is in it."""
+        window = self._open
+        if window is None or ticket not in window.tickets:
+            return
+        del window.tickets[ticket]
+        if not window.tickets:
+            self._open = None
+            window.wake.set()
 
     def _on_resolved(self, ticket: Ticket[Any], resolution: Resolution) -> None:
         del self._unresolved[ticket]
         self._resolutions[resolution] += 1
 
-    # Handing out tokens and running jobs.
+    # -- windows ------------------------------------------------------------------------------
+
+    def _join_window(
+        self, ticket: Ticket[Any], policy: WindowPolicy, nursery: trio.Nursery
+    ) -> None:
+        window = self._open
+        if window is None:
+            window = _Window(opened_at=ticket.enqueued_at)
+            nursery.start_soon(self._run_window, window, policy)
+            self._open = window
+        window.tickets[ticket] = None
+        if len(window.tickets) >= policy.max_size:
+            self._flush(window, "size")
+
+    def _flush(self, window: _Window, reason: FlushReason) -> None:
+        self._open = None
+        now = trio.current_time()
+        window.flushed_at = now
+        self._flushed_by[reason] += 1
+        for ticket in window.tickets:
+            ticket._flushed_at = now
+        self._enqueue(window, window.tickets)
+        window.wake.set()
+        if self._on_flush is not None:
+            self._on_flush(len(window.tickets), reason)
+
+    async def _run_window(self, window: _Window, policy: WindowPolicy) -> None:
+        deadline: trio.CancelScope | None = None
+        try:
+            with trio.move_on_at(window.opened_at + policy.max_wait):
+                await window.wake.wait()
+            if window is self._open:
+                self._flush(window, "time")
+            if window.flushed_at is None:
+                return  # abandoned: every ticket left before the flush
+            deadline = trio.CancelScope(deadline=window.flushed_at + policy.window_timeout)
+            with deadline:
+                async with trio.open_nursery() as nursery:
+                    await self._dispatch(window, window.tickets, deadline, nursery)
+        finally:
+            # Whatever ended this task early (its deadline, or cancellation from outside,
+            # possibly before the flush), tickets whose job never started are resolved here.
+            if window is self._open:
+                self._open = None
+            self._leave_turn(window)
+            for ticket in window.tickets:
+                if not ticket._handed_out:
+                    self._abandon(ticket, deadline)
+
+    # -- handing out tokens and running jobs -------------------------------------------------
+
+    async def _run_group_of_one(self, ticket: Ticket[Any]) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._dispatch(ticket, (ticket,), None, nursery)
+        finally:
+            self._leave_turn(ticket)
+            if not ticket._handed_out:
+                self._abandon(ticket, None)
 
     def _enqueue(self, group: object, tickets: Iterable[Ticket[Any]]) -> None:
         """Fix a group's place in the token queue; synchronous, so flush order is queue order."""
@@ -307,7 +593,7 @@ class _DispatcherBase:
                 if ticket.done or not await self._take_token(limiter, ticket):
                     ticket._set_phase("finished")
                     continue
-                ticket._job_started = True
+                ticket._handed_out = True
                 nursery.start_soon(self._run_job, ticket, deadline)
         finally:
             self._leave_turn(group)
@@ -390,7 +676,7 @@ class _DispatcherBase:
         ticket._started_at = trio.current_time()
         self._dispatched += 1
         try:
-            value = await ticket._job()
+            value = await ticket._call()
         except Exception as exc:
             ticket._resolve_error(exc, "failed")
         except BaseExceptionGroup as group:

@@ -1,11 +1,13 @@
-"""``Resilience`` (the per-process state) and ``call_with_resilience`` (one request's attempts)."""
+"""``Resilience``: the per-process state every upstream call shares, and ``call``, one
+request's attempts through it (the rules: the package's theory of operation)."""
 
 from __future__ import annotations
 
 import math
 import random
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -20,8 +22,9 @@ from ._config import ResilienceConfig
 from ._cooldown import Cooldown, CooldownReason
 from ._policy import CLEAN, OVERLOAD, Failure, Signal, classify, retry_delay
 from ._ratelimit import ratelimit_hold
+from ._shared import SharedResilience
 
-__all__ = ["Resilience", "ResilienceStatistics", "call_with_resilience", "rate_limit_key"]
+__all__ = ["Resilience", "ResilienceStatistics", "rate_limit_key"]
 
 T = TypeVar("T")
 
@@ -122,18 +125,39 @@ class Resilience:
         self._waiting = 0
         self._ratelimit_holds = 0
         self._failures: dict[str, int] = dict.fromkeys(get_args(Signal), 0)
-        # Told of every cooldown this process opens (scope: a model, or None for all; its
-        # length in seconds; why), so that shared state can hold the other instances too.
-        self.on_cooldown: Callable[[str | None, float, CooldownReason], None] | None = None
-        # With shared state, the retry budget is the cluster's: told of every request, and
-        # asked (one round trip, only when a retry is due) instead of the local budget.
-        self.on_request: Callable[[], None] | None = None
-        self.shared_retry: Callable[[], Awaitable[bool]] | None = None
+        # The cluster, while ``sharing`` is in force: told of every cooldown this process
+        # opens and of every request, asked for every retry instead of the local budget.
+        self._shared: SharedResilience | None = None
 
-    def share_adaptive(self, controller: AdaptiveController | None) -> None:
+    @contextmanager
+    def sharing(self, shared: SharedResilience) -> Iterator[None]:
+        """Share this process's upstream state with a cluster for the duration of the block.
+
+        Meanwhile every cooldown this process opens is told to ``shared`` (so it can hold the
+        other instances too; cooldowns it adopts from them with ``adopt_cooldown`` are not
+        told back), every request is counted there, every retry the policy and the deadline
+        allow is asked of the cluster's budget instead of the local one, and with adaptive
+        concurrency the cluster's limit (``shared.adaptive``) decides instead of this
+        process's: the local limiter is opened to the cap, since the shared limit is enforced
+        where the cluster grants its slots. On exit the local budget and limit are back in
+        force, the limiter at the local limit.
+
+        Raises:
+          RuntimeError: already sharing.
+        """
+        if self._shared is not None:
+            raise RuntimeError("this Resilience is already shared")
+        self._shared = shared
+        self._use_adaptive(shared.adaptive)
+        try:
+            yield
+        finally:
+            self._shared = None
+            self._use_adaptive(None)
+
+    def _use_adaptive(self, controller: AdaptiveController | None) -> None:
         """Let ``controller`` (the cluster's limit) decide instead of this process's, or
-        ``None`` to take the local one back. While shared, the local limiter is opened to the
-        cap: the shared limit is enforced where the leases are granted."""
+        ``None`` to take the local one back."""
         if self._local_adaptive is None or self._limiter is None:
             return
         if controller is None:
@@ -147,8 +171,8 @@ class Resilience:
         """The error to answer at once if a cooldown holding calls to ``model`` (the shared
         one, or the model's own) lasts until ``deadline`` or later.
 
-        The gate can call this before admitting a request; ``call_with_resilience`` calls it
-        before every attempt. The ``Retry-After`` is the cooldown's remaining time, rounded
+        The gate can call this before admitting a request; ``call`` calls it before every
+        attempt. The ``Retry-After`` is the cooldown's remaining time, rounded
         up to whole seconds: a 429 when the upstream rate-limited us, a 503 when it said it
         was overloaded. Every error returned counts as one request shed by the cooldown.
         """
@@ -204,9 +228,9 @@ class Resilience:
 
     def _open_cooldown(self, model: str | None, reason: CooldownReason, seconds: float) -> bool:
         opened = self._cooldown_for(model, reason).open_until(trio.current_time() + seconds, reason)
-        if opened and self.on_cooldown is not None:
+        if opened and self._shared is not None:
             scope = None if model is None or reason == "overloaded" else model
-            self.on_cooldown(scope, seconds, reason)
+            self._shared.cooldown_opened(scope, seconds, reason)
         return opened
 
     def _cooldown_for(self, model: str | None, reason: CooldownReason) -> Cooldown:
@@ -261,7 +285,68 @@ class Resilience:
             limit_decreases=0 if adaptive is None else adaptive.decreases,
         )
 
-    # -- for call_with_resilience -------------------------------------------------------------
+    async def call(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        deadline: float,
+        headers_of: Callable[[T], Mapping[str, str]] | None = None,
+        model: str | None = None,
+    ) -> T:
+        """Run ``attempt`` until it succeeds, retrying what the policy, deadline and budget allow.
+
+        Before every attempt (the first included) it waits for the cooldowns holding the call
+        to pass. Only a ``ProxyError`` raised *by* ``attempt`` is considered for a retry;
+        whatever happens to the value after it is returned is the caller's (for a stream:
+        everything after the first content event). ``deadline`` (``trio.current_time()``
+        scale, may be ``math.inf``) is used for decisions only; enforce it with a cancel
+        scope around this call.
+
+        Args:
+          attempt: one upstream call; called at most ``1 + config.max_retries`` times.
+          deadline: no attempt starts, and no retry is planned, at or after this instant.
+          headers_of: the upstream response headers of a successful result, for rate-limit
+            awareness (``lambda reply: reply.headers``).
+          model: the model called: a rate limit (429, or a resource at 0) then holds only
+            calls to that model, while an overload holds every call. ``None``: every
+            cooldown is shared.
+
+        Returns:
+          The first successful attempt's value.
+
+        Raises:
+          ProxyError: the last attempt's error when no retry is allowed, or a 429/503
+            ``upstream_cooldown`` with ``Retry-After`` when a cooldown outlasts ``deadline``.
+          trio.Cancelled: at any wait (cooldown or backoff); no further attempt starts.
+        """
+        retries = 0
+        while True:
+            await self._wait_clear(deadline, model)
+            epoch = self._start_attempt(first=retries == 0)
+            try:
+                result = await attempt()
+            except trio.Cancelled:
+                if trio.current_time() >= deadline:  # not a client that left: a slow upstream
+                    self._record_deadline(epoch)
+                raise
+            except ProxyError as exc:
+                failure = classify(exc)
+                self._record_failure(exc, failure, epoch, model)
+                retry_at = self._plan_retry(failure, retries, deadline, model)
+                if retry_at is None:
+                    raise
+                last_error = exc
+            else:
+                if headers_of is not None:
+                    self.observe_headers(headers_of(result), model)
+                self._record_clean(epoch)
+                return result
+            if not await self._spend_shared_retry():  # outside the except, as the sleep below
+                raise last_error
+            retries += 1
+            await trio.sleep_until(retry_at)  # outside the except: a Cancelled is not chained
+
+    # -- the steps of call ---------------------------------------------------------------------
 
     async def _wait_clear(self, deadline: float, model: str | None) -> None:
         """Wait out the cooldowns that hold ``model``, or raise the shed error if they would
@@ -285,8 +370,8 @@ class Resilience:
             # upstream, so it must not earn retry budget or dilute the amplification ratio.
             self._requests += 1
             self.budget.record_request()
-            if self.on_request is not None:
-                self.on_request()
+            if self._shared is not None:
+                self._shared.request_started()
         self._attempts += 1
         return self.adaptive.epoch if self.adaptive is not None else 0
 
@@ -328,78 +413,17 @@ class Resilience:
         if max(retry_at, self._holding(model).until) >= deadline:
             self._denied_by_deadline += 1
             return None
-        if self.shared_retry is None and not self.budget.try_spend():
+        if self._shared is None and not self.budget.try_spend():
             self._denied_by_budget += 1
             return None
         self._retries += 1
         return retry_at
 
     async def _spend_shared_retry(self) -> bool:
-        """The cluster's budget's say on a retry ``_plan_retry`` allowed (with shared state
-        only; ``shared_retry`` falls back to the local budget when Redis fails)."""
-        if self.shared_retry is None or await self.shared_retry():
+        """The cluster's budget's say on a retry ``_plan_retry`` allowed (while shared only;
+        the cluster falls back to the local budget when it cannot be asked)."""
+        if self._shared is None or await self._shared.spend_retry():
             return True
         self._retries -= 1
         self._denied_by_budget += 1
         return False
-
-
-async def call_with_resilience(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    deadline: float,
-    ctx: Resilience,
-    headers_of: Callable[[T], Mapping[str, str]] | None = None,
-    model: str | None = None,
-) -> T:
-    """Run ``attempt`` until it succeeds, retrying what the policy, deadline and budget allow.
-
-    Before every attempt (the first included) it waits for the shared cooldown to pass. Only
-    a ``ProxyError`` raised *by* ``attempt`` is considered for a retry; whatever happens to
-    the value after it is returned is the caller's (for a stream: everything after the first
-    content event). ``deadline`` (``trio.current_time()`` scale, may be ``math.inf``) is used
-    for decisions only; enforce it with a cancel scope around this call.
-
-    Args:
-      attempt: one upstream call; called at most ``1 + config.max_retries`` times.
-      deadline: no attempt starts, and no retry is planned, at or after this instant.
-      ctx: the process's shared ``Resilience``.
-      headers_of: the upstream response headers of a successful result, for rate-limit
-        awareness (``lambda reply: reply.headers``).
-      model: the model called: a rate limit (429, or a resource at 0) then holds only calls
-        to that model, while an overload holds every call. ``None``: every cooldown is shared.
-
-    Returns:
-      The first successful attempt's value.
-
-    Raises:
-      ProxyError: the last attempt's error when no retry is allowed, or a 429/503
-        ``upstream_cooldown`` with ``Retry-After`` when a cooldown outlasts ``deadline``.
-      trio.Cancelled: at any wait (cooldown or backoff); no further attempt starts.
-    """
-    retries = 0
-    while True:
-        await ctx._wait_clear(deadline, model)
-        epoch = ctx._start_attempt(first=retries == 0)
-        try:
-            result = await attempt()
-        except trio.Cancelled:
-            if trio.current_time() >= deadline:  # not a client that left: the upstream was slow
-                ctx._record_deadline(epoch)
-            raise
-        except ProxyError as exc:
-            failure = classify(exc)
-            ctx._record_failure(exc, failure, epoch, model)
-            retry_at = ctx._plan_retry(failure, retries, deadline, model)
-            if retry_at is None:
-                raise
-            last_error = exc
-        else:
-            if headers_of is not None:
-                ctx.observe_headers(headers_of(result), model)
-            ctx._record_clean(epoch)
-            return result
-        if not await ctx._spend_shared_retry():  # outside the except, as the sleep below
-            raise last_error
-        retries += 1
-        await trio.sleep_until(retry_at)  # outside the except: a Cancelled here is not chained
