@@ -1207,6 +1207,13 @@ def test_a_cache_breakpoint_on_a_tool_is_forwarded_and_counted() -> None:
     assert error.param is not None  # the fifth breakpoint, counted with the tool's
 
 
+@pytest.mark.parametrize("kind", [[], {}, ["message"]])
+def test_an_item_whose_type_is_not_a_string_is_a_400_naming_it(kind: object) -> None:
+    error = refused({"model": MODEL, "input": [{"type": kind, "role": "user", "content": "q"}]})
+    assert error.param == "input[0].type"
+    assert error.message.startswith("Unknown input item type")
+
+
 def test_errors_quote_the_clients_own_names_as_written() -> None:
     # The shared rules take each dialect's paths; nothing rewrites a message after the fact,
     # so a client's media type or property name that looks like a Chat path stays as sent.
