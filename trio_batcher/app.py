@@ -141,7 +141,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     responses = SQLiteResponseStore(resolve_data_dir(settings.data_dir))
     files = SQLiteFileStore(resolve_data_dir(settings.data_dir))
     batches = SQLiteBatchStore(resolve_data_dir(settings.data_dir), files)
-    # Who is who: PROXY_API_KEYS and the tenants file (validated by Settings.check, so a
+    # Who is who: PROXY_API_KEYS and the tenants file (read by runtime.check_files, so a
     # bad file has already stopped `serve`; here it raises). Reloaded while serving.
     tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
 
