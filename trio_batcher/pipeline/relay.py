@@ -7,14 +7,14 @@ the answer is whole), and has the door's ``StreamCodec`` encode each one for the
 Ownership moves from the request handler to the response body generator once the prelude
 is read; whichever holds the relay last calls ``close()``, exactly once, which stops the
 upstream call (unless the answer was already whole), gives the gate slot back and records
-the request in the observatory.
+the request (``outcomes.Outcomes``: the relay gets the recorder, not the pipeline).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 import trio
 
@@ -28,11 +28,9 @@ from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import StreamEvent
 from .coalesce import coalesce_deltas
 from .contract import CLIENT_CLOSED, ReplyCodec, StreamCodec
+from .outcomes import Outcomes, request_timing
 from .tally import StreamTally, event_kind
 from .tenancy import TenantGrant
-
-if TYPE_CHECKING:
-    from .core import Pipeline
 
 __all__ = ["HEADERS_EVENT", "StreamRelay", "deadline_error"]
 
@@ -81,7 +79,8 @@ class StreamRelay:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        outcomes: Outcomes,
+        settings: Settings,
         request: UpstreamRequest,
         encoder: StreamCodec,
         ticket: Ticket[None],
@@ -90,7 +89,8 @@ class StreamRelay:
         arrived: float,
         grant: TenantGrant | None = None,
     ) -> None:
-        self._pipeline = pipeline
+        self._outcomes = outcomes
+        self._settings = settings
         self._grant = grant
         # What the bookkeeping at the end reads (model, surface, tenant), without the body:
         # a stream can stay open for minutes, its request's conversation need not.
@@ -173,7 +173,7 @@ class StreamRelay:
         return headers
 
     def timing(self) -> Timing:
-        return self._pipeline.timing(
+        return request_timing(
             self._arrived,
             self._ticket.started_at,
             self._upstream_started,
@@ -219,7 +219,7 @@ class StreamRelay:
             # expire() freed the stream while a write was stuck; once that write got
             # through, the client still learns why the stream ends here.
             # (An encoder whose stream already ended says so with b"": nothing to write.)
-            if chunk := encoder.error(deadline_error(self._pipeline.settings)):
+            if chunk := encoder.error(deadline_error(self._settings)):
                 yield chunk
         except _UpstreamFailed as exc:
             self.status = exc.status
@@ -258,18 +258,8 @@ class StreamRelay:
             usage["output_tokens"] = max(int(usage.get("output_tokens") or 0), self._tally.deltas)
         if self._grant is not None:
             self._grant.settle(self._request.model, usage)
-        metrics = self._pipeline.metrics
-        if metrics is None:
-            return
         timing = self.timing()
         if self.status == 200:
-            metrics.record_success(
-                self._request.model,
-                usage,
-                timing,
-                stream=True,
-                surface=self._request.surface,
-                tenant=self._request.tenant,
-            )
+            self._outcomes.success(self._request, usage, timing)
         else:
-            self._pipeline.record_error(self._request, self.status, timing, usage)
+            self._outcomes.error(self._request, self.status, timing, usage)
