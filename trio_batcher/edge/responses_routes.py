@@ -14,7 +14,6 @@ default; ``after`` / ``before`` an item id of the list).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -27,6 +26,7 @@ from ..store.responses import ChainBroken
 from ..translation.openai_responses import client_view
 from .http import openai_list
 from .openai_responses import reading_the_store, request_owner
+from .routes import json_response, page_limit
 
 __all__ = ["responses_blueprint"]
 
@@ -58,7 +58,7 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
             )
         record = await visible(response_id)
         include = request.args.getlist("include") + request.args.getlist("include[]")
-        return _json(client_view(record.response, include))
+        return json_response(client_view(record.response, include))
 
     @routes.delete("/v1/responses/<response_id>")
     async def delete(response_id: str) -> Response:
@@ -66,7 +66,7 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
             deleted = await store.delete(response_id, owner())
         if not deleted:
             raise _not_found(response_id)
-        return _json({"id": response_id, "object": "response.deleted", "deleted": True})
+        return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
 
     @routes.get("/v1/responses/<response_id>/input_items")
     async def input_items(response_id: str) -> Response:
@@ -82,7 +82,7 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
             if chain is None:
                 raise _not_found(response_id)
             items = _items_of(chain)
-        return _json(_list_page(items, *page))
+        return json_response(_list_page(items, *page))
 
     return routes
 
@@ -97,17 +97,7 @@ def _items_of(chain: Sequence[StoredResponse]) -> list[dict[str, Any]]:
 
 
 def _page_params(args: Mapping[str, str]) -> tuple[int, str, str | None, str | None]:
-    raw_limit = args.get("limit")
-    limit = _DEFAULT_LIMIT
-    if raw_limit is not None:
-        try:
-            limit = int(raw_limit)
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise invalid_request(
-                f"limit must be an integer from 1 to {_MAX_LIMIT}.", param="limit"
-            )
+    limit = page_limit(args.get("limit"), default=_DEFAULT_LIMIT, maximum=_MAX_LIMIT)
     order = args.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid_request("order must be 'asc' or 'desc'.", param="order")
@@ -144,8 +134,3 @@ def _cursor(ids: list[Any], cursor: str, param: str) -> int:
 
 def _not_found(response_id: str) -> ProxyError:
     return ProxyError(404, f"Response with id '{response_id}' not found.", param=None, code=None)
-
-
-def _json(body: Any) -> Response:
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return Response(data, status=200, content_type="application/json")
