@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from trio_batcher.runtime import check_files
 from trio_batcher.settings import SPECS, Settings, SettingsError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -88,10 +89,12 @@ def test_bad_value_names_the_variable_and_the_problem(name: str, value: str, pro
 
 
 def test_a_malformed_pricing_file_is_a_settings_error(tmp_path: pathlib.Path) -> None:
+    # Settings are data (a path that exists): the file is read by the composition root.
     bad = tmp_path / "prices.json"
     bad.write_text('{"families": {"claude-x": {"input": "cheap"}}}')
+    settings = Settings.from_env({"PRICING_FILE": str(bad)})
     with pytest.raises(SettingsError) as info:
-        Settings.from_env({"PRICING_FILE": str(bad)})
+        check_files(settings)
     assert info.value.name == "PRICING_FILE"
 
 
@@ -143,6 +146,9 @@ CLI_FAILURES = [
     (("serve", "--simulate"), {"ANTHROPIC_BASE_URL": "::not a url::"}, "ANTHROPIC_BASE_URL"),
     (("serve", "--simulate", "--batch-max-size", "-2"), {}, "--batch-max-size"),
     (("serve",), {}, "--simulate"),
+    (("serve", "--simulate"), {"PRICING_FILE": "/dev/null"}, "PRICING_FILE"),
+    (("serve", "--simulate", "--pricing-file", "/dev/null"), {}, "--pricing-file"),
+    (("serve", "--simulate"), {"TENANTS_FILE": "/nonexistent/tenants.toml"}, "TENANTS_FILE"),
     (("serve", "--simulate", "--host", "0.0.0.0"), {}, "PROXY_API_KEYS"),
     # A real upstream's state never goes into serve --simulate's namespace.
     (("serve",), {"ANTHROPIC_API_KEY": "sk-ant-x", "DEPLOYMENT_ID": "simulated"}, "DEPLOYMENT_ID"),
@@ -182,6 +188,24 @@ def test_asgi_module_with_bad_settings_exits_2_with_one_line() -> None:
     assert result.stderr.strip().splitlines() == [
         "trio-batcher: error: BATCH_MAX_SIZE: expected an integer, got 'abc'"
     ]
+
+
+def test_asgi_module_with_a_bad_tenants_file_exits_2_with_one_line(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text('[[tenant]]\nname = "a"\nrpm = 0\n')
+    clean = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
+    clean["TENANTS_FILE"] = str(path)
+    result = subprocess.run(
+        [sys.executable, "-c", "import trio_batcher.asgi"],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("trio-batcher: error: TENANTS_FILE: ")
+    assert "tenant 'a': rpm: must be >= 1, got 0" in line
 
 
 def test_the_keep_alive_timeout_reaches_hypercorn_and_nothing_else_times_out_a_read() -> None:

@@ -19,8 +19,8 @@ from trio_batcher.errors import ProxyError
 from trio_batcher.simulator.errors import SimulatorInvalidRequest
 from trio_batcher.simulator.schema_subset import validate_schema_subset
 from trio_batcher.simulator.validation import validate_messages_request
+from trio_batcher.translation._common.strict_schema import strict_schema
 from trio_batcher.translation.openai_chat import TranslationOptions, translate_request
-from trio_batcher.translation.openai_chat.strict_schema import strict_schema
 
 ROOT: Final = "tools[0].function.parameters"
 OPTS: Final = TranslationOptions(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trio_batcher.runtime import check_files
 from trio_batcher.settings import Settings, SettingsError
 from trio_batcher.tenants import (
     ANONYMOUS,
@@ -275,13 +276,15 @@ def test_a_bad_tenants_file_stops_startup_as_a_settings_error(tmp_path: Path) ->
     path = tmp_path / "tenants.toml"
     path.write_text('[[tenant]]\nname = "a"\nrpm = 0\n')
     with pytest.raises(SettingsError) as caught:
-        Settings.from_env({"TENANTS_FILE": str(path)})
+        check_files(Settings.from_env({"TENANTS_FILE": str(path)}))
     assert caught.value.name == "TENANTS_FILE"
     assert "tenant 'a': rpm: must be >= 1, got 0" in caught.value.problem
     path.write_text(FULL)
-    assert Settings.from_env({"TENANTS_FILE": str(path)}).tenants_file == str(path)
+    settings = Settings.from_env({"TENANTS_FILE": str(path)})
+    check_files(settings)
+    assert settings.tenants_file == str(path)
     with pytest.raises(SettingsError, match="no such file"):
-        Settings.from_env({"TENANTS_FILE": str(tmp_path / "nope.toml")})
+        check_files(Settings.from_env({"TENANTS_FILE": str(tmp_path / "nope.toml")}))
 
 
 def test_the_documented_example_is_a_valid_tenants_file() -> None:

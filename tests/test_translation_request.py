@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from trio_batcher.errors import ProxyError
 from trio_batcher.simulator.validation import validate_messages_request
+from trio_batcher.translation._common.model_traits import CLASSIC, ModelTraits, traits_for
 from trio_batcher.translation.openai_chat import (
     TranslatedRequest,
     TranslationOptions,
     translate_request,
 )
-from trio_batcher.translation.openai_chat.model_traits import CLASSIC, ModelTraits, traits_for
 from trio_batcher.translation.openai_chat.request import JSON_OBJECT_INSTRUCTION
 
 OPTS = TranslationOptions(

@@ -1205,3 +1205,33 @@ def test_a_cache_breakpoint_on_a_tool_is_forwarded_and_counted() -> None:
         {"model": MODEL, "input": [{"role": "user", "content": parts}], "tools": [{**tool, **mark}]}
     )
     assert error.param is not None  # the fifth breakpoint, counted with the tool's
+
+
+@pytest.mark.parametrize("kind", [[], {}, ["message"]])
+def test_an_item_whose_type_is_not_a_string_is_a_400_naming_it(kind: object) -> None:
+    error = refused({"model": MODEL, "input": [{"type": kind, "role": "user", "content": "q"}]})
+    assert error.param == "input[0].type"
+    assert error.message.startswith("Unknown input item type")
+
+
+def test_errors_quote_the_clients_own_names_as_written() -> None:
+    # The shared rules take each dialect's paths; nothing rewrites a message after the fact,
+    # so a client's media type or property name that looks like a Chat path stays as sent.
+    image = {"type": "input_image", "image_url": "data:image/file.x;base64,AAAA"}
+    error = refused({"model": MODEL, "input": [{"role": "user", "content": [image]}]})
+    assert "'image/file.x'" in error.message
+    assert error.param == "input[0].content[0].image_url"
+    schema = {"type": "object", "properties": {"response_format": {"$ref": "#/x"}}}
+    error = refused(
+        {
+            "model": MODEL,
+            "input": "q",
+            "text": {"format": {"type": "json_schema", "name": "n", "schema": schema}},
+        }
+    )
+    assert error.message.startswith("Invalid schema at properties.response_format.$ref:")
+    assert error.param == "text.format.schema.properties.response_format.$ref"
+    tool = fn("f", strict=True, parameters={**schema, "properties": {"function.x": {"$ref": 1}}})
+    error = refused({"model": MODEL, "input": "q", "tools": [tool]})
+    assert "properties.function.x.$ref" in error.message
+    assert error.param == "tools[0].parameters.properties.function.x.$ref"

@@ -175,7 +175,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     responses = SQLiteResponseStore(data_dir, deployment=deployment)
     files = SQLiteFileStore(data_dir, deployment=deployment)
     batches = SQLiteBatchStore(data_dir, files, deployment=deployment)
-    # Who is who: PROXY_API_KEYS and the tenants file (validated by Settings.check, so a
+    # Who is who: PROXY_API_KEYS and the tenants file (read by runtime.check_files, so a
     # bad file has already stopped `serve`; here it raises). Reloaded while serving.
     tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
 

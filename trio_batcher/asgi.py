@@ -12,11 +12,13 @@ from __future__ import annotations
 import sys
 
 from .app import create_app
+from .runtime import check_files
 from .serving import raise_open_file_limit, tune_gc_for_serving, tune_malloc_for_serving
 from .settings import Settings, SettingsError
 
 try:
     _settings = Settings.from_env()
+    check_files(_settings)
 except SettingsError as exc:  # pragma: no cover - exercised through a subprocess test
     print(f"trio-batcher: error: {exc}", file=sys.stderr)
     raise SystemExit(2) from None

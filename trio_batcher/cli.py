@@ -22,6 +22,7 @@ import trio
 
 from .app import create_app
 from .bench import add_bench_parser, run_bench
+from .runtime import check_files
 from .serving import (
     raise_open_file_limit,
     serve_app,
@@ -193,7 +194,9 @@ def _flag_settings(args: argparse.Namespace) -> dict[str, str]:
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides = _flag_settings(args)
     try:
-        return Settings.from_env(overrides=overrides)
+        settings = Settings.from_env(overrides=overrides)
+        check_files(settings)  # a bad pricing or tenants file stops here, in one line
+        return settings
     except SettingsError as exc:
         flag = next(s.flag for s in SPECS if s.env == exc.name)
         where = f"{exc.name} (or {flag})" if exc.name in overrides else exc.name

@@ -5,6 +5,10 @@ every request shares: the outbound pool and upstream client, the model catalogue
 admission gate, the dispatcher (direct, or admission windows), resilience, the metrics
 registry and the pipeline that ties them together. Each stage is built here, once, so no
 module reaches into another's construction.
+
+The files the settings name are read here too, not by ``Settings`` (which stays data):
+``check_files`` reads them once before serving, so a bad pricing or tenants file stops
+``serve`` (and each ASGI worker) with one line naming its setting.
 """
 
 from __future__ import annotations
@@ -29,15 +33,41 @@ from .offline import BATCH_PRICE_FACTOR
 from .offline import SURFACE as BATCH_SURFACE
 from .pipeline.core import Pipeline
 from .pipeline.tenancy import TenantGuard
-from .settings import Settings
+from .settings import Settings, SettingsError
 from .store import resolve_data_dir
 from .store.deployment import deployment_of
-from .tenants import ANONYMOUS, SpendStore, SQLiteSpendStore, TenantRateLimits, TenantsWatcher
+from .tenants import (
+    ANONYMOUS,
+    SpendStore,
+    SQLiteSpendStore,
+    TenantRateLimits,
+    TenantsFileError,
+    TenantsWatcher,
+    read_tenants_file,
+)
 from .tenants.ledger import SpendLedger
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "check_files"]
+
+
+def check_files(settings: Settings) -> None:
+    """Read the files ``settings`` name as serving will, before serving.
+
+    Raises:
+      SettingsError: naming ``PRICING_FILE`` or ``TENANTS_FILE`` with the file's problem.
+    """
+    if settings.pricing_file is not None:
+        try:
+            load_pricing(settings.pricing_file)
+        except ValueError as exc:
+            raise SettingsError("PRICING_FILE", str(exc)) from None
+    if settings.tenants_file is not None:
+        try:
+            read_tenants_file(settings.tenants_file)
+        except TenantsFileError as exc:
+            raise SettingsError("TENANTS_FILE", str(exc)) from None
 
 
 @final

@@ -10,6 +10,10 @@ its cross-setting rules and the public face (``SPECS`` and ``SettingSpec`` re-ex
 
 A bad value raises ``SettingsError`` naming the variable and the problem; the CLI turns it
 into one line on stderr and exit code 2, never a traceback.
+
+Settings are data: paths and values, checked as values. The files they name (``PRICING_FILE``,
+``TENANTS_FILE``) are read by the app's composition root (``runtime.check_files`` before
+serving, then the runtime itself), so this module imports no other part of the gateway.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ from ._settings_parsers import ANTHROPIC_VERSIONS as ANTHROPIC_VERSIONS
 from ._settings_specs import MIB
 from ._settings_specs import SPECS as SPECS
 from ._settings_specs import SettingSpec as SettingSpec
-from .observatory.pricing import load_pricing
-from .tenants.keys_file import TenantsFileError, read_tenants_file
 
 
 @final
@@ -123,21 +125,12 @@ class Settings:
         return settings
 
     def check(self) -> None:
-        """Rules that involve more than one setting.
+        """Rules that involve more than one setting (the files settings name are read by
+        ``runtime.check_files``).
 
         Raises:
           SettingsError: naming the setting that cannot be honoured.
         """
-        if self.pricing_file is not None:
-            try:
-                load_pricing(self.pricing_file)
-            except ValueError as exc:
-                raise SettingsError("PRICING_FILE", str(exc)) from None
-        if self.tenants_file is not None:
-            try:
-                read_tenants_file(self.tenants_file)
-            except TenantsFileError as exc:
-                raise SettingsError("TENANTS_FILE", str(exc)) from None
         if self.batch_adaptive and not self.batch_enabled:
             raise SettingsError(
                 "BATCH_ADAPTIVE",

@@ -13,7 +13,6 @@ owner's, with purpose ``batch``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -29,6 +28,7 @@ from .body import parse_json_body
 from .http import openai_list
 from .openai_files import file_not_found
 from .openai_responses import reading_the_store, request_owner
+from .routes import json_response, page_limit
 
 __all__ = ["BATCHES_PATH", "batches_blueprint", "public_batch"]
 
@@ -86,15 +86,15 @@ def batches_blueprint(
         with reading_the_store():
             record = await batches.create(who, batch)
         wake()
-        return _json(public_batch(record))
+        return json_response(public_batch(record))
 
     @routes.get(BATCHES_PATH)
     async def list_batches() -> Response:
-        limit = _limit(request.args.get("limit"))
+        limit = page_limit(request.args.get("limit"), default=_DEFAULT_LIMIT, maximum=_MAX_LIMIT)
         with reading_the_store():
             page = await batches.list(owner(), after=request.args.get("after") or None, limit=limit)
         data = [public_batch(record) for record in page.data]
-        return _json(openai_list(data, page.has_more))
+        return json_response(openai_list(data, page.has_more))
 
     @routes.get(f"{BATCHES_PATH}/<batch_id>")
     async def retrieve(batch_id: str) -> Response:
@@ -102,7 +102,7 @@ def batches_blueprint(
             record = await batches.get(owner(), batch_id)
         if record is None:
             raise _not_found(batch_id)
-        return _json(public_batch(record))
+        return json_response(public_batch(record))
 
     @routes.post(f"{BATCHES_PATH}/<batch_id>/cancel")
     async def cancel(batch_id: str) -> Response:
@@ -114,7 +114,7 @@ def batches_blueprint(
                 raise _not_found(batch_id)
             if record.status in FINAL_STATUSES:
                 if record.status == "cancelled":
-                    return _json(public_batch(record))
+                    return json_response(public_batch(record))
                 raise ProxyError(
                     409,
                     f"Cannot cancel a batch with status '{record.status}'.",
@@ -122,7 +122,7 @@ def batches_blueprint(
                 )
             state = dict(record.batch.get("_gateway") or {})
             if state.get("cancel_requested"):
-                return _json(public_batch(record))
+                return json_response(public_batch(record))
             state["cancel_requested"] = True
             changed = record.evolve(
                 status="cancelling",
@@ -135,7 +135,7 @@ def batches_blueprint(
             except BatchConflict:
                 continue  # the poller moved it meanwhile: look again
             wake()
-            return _json(public_batch(stored))
+            return json_response(public_batch(stored))
 
     return routes
 
@@ -177,23 +177,6 @@ def _not_found(batch_id: str) -> ProxyError:
     return ProxyError(
         404, f"No batch found with id '{batch_id}'.", code=None, type="invalid_request_error"
     )
-
-
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return _DEFAULT_LIMIT
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= _MAX_LIMIT:
-        raise invalid_request(f"limit must be an integer from 1 to {_MAX_LIMIT}.", param="limit")
-    return limit
-
-
-def _json(body: Any) -> Response:
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return Response(data, status=200, content_type="application/json")
 
 
 def new_batch(

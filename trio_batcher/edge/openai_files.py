@@ -17,10 +17,9 @@ owner's id is answered exactly like an unknown one, 404.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AsyncExitStack, aclosing
-from typing import Any, Final
+from typing import Final
 
 from quart import Blueprint, Response, request
 from werkzeug.http import parse_options_header
@@ -32,6 +31,7 @@ from ..store.files import BATCH_INPUT
 from ..translation.openai_batch import MAX_FILE_BYTES
 from .http import openai_list
 from .openai_responses import reading_the_store, request_owner
+from .routes import json_response, page_limit
 
 __all__ = ["FILES_PATH", "MAX_UPLOAD_BYTES", "files_blueprint"]
 
@@ -59,18 +59,18 @@ def files_blueprint(files: FileStore, keyed: Callable[[], bool]) -> Blueprint:
         boundary = _boundary(request.headers.get("Content-Type", ""))
         with reading_the_store():
             record = await _store_upload(files, owner(), boundary, request.body)
-        return _json(record.to_openai())
+        return json_response(record.to_openai())
 
     @routes.get(FILES_PATH)
     async def list_files() -> Response:
-        limit = _limit(request.args.get("limit"))
+        limit = page_limit(request.args.get("limit"), default=_DEFAULT_LIMIT, maximum=_MAX_LIMIT)
         purpose = request.args.get("purpose") or None
         with reading_the_store():
             page = await files.list(
                 owner(), after=request.args.get("after") or None, limit=limit, purpose=purpose
             )
         data = [record.to_openai() for record in page.data]
-        return _json(openai_list(data, page.has_more))
+        return json_response(openai_list(data, page.has_more))
 
     @routes.get(f"{FILES_PATH}/<file_id>")
     async def retrieve(file_id: str) -> Response:
@@ -78,7 +78,7 @@ def files_blueprint(files: FileStore, keyed: Callable[[], bool]) -> Blueprint:
             record = await files.get(owner(), file_id)
         if record is None:
             raise file_not_found(file_id)
-        return _json(record.to_openai())
+        return json_response(record.to_openai())
 
     @routes.get(f"{FILES_PATH}/<file_id>/content")
     async def content(file_id: str) -> Response:
@@ -106,7 +106,7 @@ def files_blueprint(files: FileStore, keyed: Callable[[], bool]) -> Blueprint:
             deleted = await files.delete(owner(), file_id)
         if not deleted:
             raise file_not_found(file_id)
-        return _json({"id": file_id, "object": "file", "deleted": True})
+        return json_response({"id": file_id, "object": "file", "deleted": True})
 
     return routes
 
@@ -226,20 +226,3 @@ def _boundary(content_type: str) -> bytes:
             "Upload the file as multipart/form-data with a 'purpose' field and a 'file' part."
         )
     return boundary.encode("latin-1")
-
-
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return _DEFAULT_LIMIT
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= _MAX_LIMIT:
-        raise invalid_request(f"limit must be an integer from 1 to {_MAX_LIMIT}.", param="limit")
-    return limit
-
-
-def _json(body: Any) -> Response:
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return Response(data, status=200, content_type="application/json")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Final
 
 from quart import Blueprint, Response, request
 
@@ -27,6 +27,7 @@ from ..store import ResponseStore, StoredResponse
 from ..store.responses import ItemsPage, UnknownCursor
 from ..translation.openai_responses import client_view
 from .openai_responses import reading_the_store, request_owner
+from .routes import json_response, page_limit
 
 __all__ = ["responses_blueprint"]
 
@@ -58,7 +59,7 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
             )
         record = await visible(response_id)
         include = request.args.getlist("include") + request.args.getlist("include[]")
-        return _json(client_view(record.response, include))
+        return json_response(client_view(record.response, include))
 
     @routes.delete("/v1/responses/<response_id>")
     async def delete(response_id: str) -> Response:
@@ -66,7 +67,7 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
             deleted = await store.delete(response_id, owner())
         if not deleted:
             raise _not_found(response_id)
-        return _json({"id": response_id, "object": "response.deleted", "deleted": True})
+        return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
 
     @routes.get("/v1/responses/<response_id>/input_items")
     async def input_items(response_id: str) -> Response:
@@ -95,17 +96,7 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
 
 
 def _page_params(args: Mapping[str, str]) -> tuple[int, str, str | None, str | None]:
-    raw_limit = args.get("limit")
-    limit = _DEFAULT_LIMIT
-    if raw_limit is not None:
-        try:
-            limit = int(raw_limit)
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise invalid_request(
-                f"limit must be an integer from 1 to {_MAX_LIMIT}.", param="limit"
-            )
+    limit = page_limit(args.get("limit"), default=_DEFAULT_LIMIT, maximum=_MAX_LIMIT)
     order = args.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid_request("order must be 'asc' or 'desc'.", param="order")
@@ -124,8 +115,3 @@ def _list_text(page: ItemsPage) -> str:
 
 def _not_found(response_id: str) -> ProxyError:
     return ProxyError(404, f"Response with id '{response_id}' not found.", param=None, code=None)
-
-
-def _json(body: Any) -> Response:
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return Response(data, status=200, content_type="application/json")

@@ -17,7 +17,7 @@ from typing import Any, Final, final, get_args
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..translation.openai_batch._status import OpenAIBatchStatus
+from ..translation.openai_batch import OpenAIBatchStatus
 
 __all__ = ["BATCH_STATUSES", "BatchStatusCollector", "BatchStatusGauge"]
 

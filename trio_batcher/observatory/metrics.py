@@ -44,11 +44,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Literal, final
 
-from .gc_pauses import GcStatistics
 from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
 from .latency import Histogram, HistogramCounts
 from .latency import Timing as Timing
@@ -59,7 +57,9 @@ from .models import ModelBook, ModelTotals
 from .models import ModelStatistics as ModelStatistics
 from .pricing import PriceTable, TokenUsage
 from .snapshot import snapshot_document
-from .surfaces import SurfaceStatistics, SurfaceTotals
+from .statistics import Gauges as Gauges
+from .statistics import MetricsStatistics as MetricsStatistics
+from .surfaces import SurfaceTotals
 from .tenants import OTHER_TENANTS as OTHER_TENANTS
 from .tenants import KnownTenants, TenantBook, TenantStatistics, no_tenants
 
@@ -83,56 +83,6 @@ __all__ = [
 WINDOW_MIN: Final = 1
 WINDOW_MAX: Final = 100_000
 _WINDOW_REASONS: Final = ("size", "time", "drain")
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Gauges:
-    """Instantaneous concurrency, read from the admission layer when a snapshot is taken."""
-
-    active: int
-    waiting: int
-    upstream_in_flight: int
-    upstream_cap: int | None
-    # Tasks alive in the process's trio run (``trio.lowlevel.current_statistics``): back to
-    # its idle baseline after any traffic, or something was left running.
-    trio_tasks: int | None = None
-    # The garbage collector's pauses so far (``gc_pauses``).
-    gc: GcStatistics | None = None
-
-
-@final
-@dataclass(frozen=True)
-class MetricsStatistics:
-    """A consistent copy of every all-time counter; what exporters read.
-
-    ``histograms`` is keyed ``request`` (total duration), ``ttft``, ``queue``, ``upstream``.
-    Token totals cover all traffic, priced or not; ``unpriced_*`` is the part of them whose
-    model has no price, and ``cost_usd`` covers only the priced part.
-    """
-
-    requests: Mapping[tuple[str, str], int]  # (model, status) -> count
-    success: int
-    errors: int
-    streamed: int
-    by_model: Mapping[str, ModelStatistics]
-    input_tokens: int
-    output_tokens: int
-    cache_read: int
-    cache_write: int
-    cost_usd: Decimal
-    unpriced_requests: int
-    unpriced_input_tokens: int
-    unpriced_output_tokens: int
-    unpriced_cache_read: int
-    unpriced_cache_write: int
-    rejected: Mapping[str, int]
-    windows: Mapping[str, int]
-    windowed_requests: int
-    histograms: Mapping[str, HistogramCounts]
-    started_at: float  # Unix time
-    by_surface: Mapping[str, SurfaceStatistics] = field(default_factory=dict)
-    by_tenant: Mapping[str, TenantStatistics] = field(default_factory=dict)
 
 
 @final

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .latency import percentile_ms, summary_ms
 from .pricing import PriceTable
+from .statistics import Gauges, MetricsStatistics
 from .surfaces import surface_snapshot
 from .tenants import tenant_snapshot
-
-if TYPE_CHECKING:
-    from .metrics import Gauges, MetricsStatistics
 
 __all__ = ["snapshot_document"]
 

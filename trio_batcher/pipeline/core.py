@@ -40,7 +40,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any, Final, final
+from typing import Final, final
 
 import trio
 
@@ -54,6 +54,7 @@ from ..upstream.client import UpstreamClient, UpstreamReply
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import Resilience, StreamEvent
 from .contract import CLIENT_CLOSED, JSONReply, ReplyCodec, StreamReply
+from .outcomes import Outcomes, request_timing
 from .relay import StreamRelay, deadline_error
 from .stream_job import pump_stream
 from .tenancy import TenantGrant, TenantGuard
@@ -82,6 +83,7 @@ class Pipeline:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
+        self._outcomes = Outcomes(metrics)
         self._guard = guard
         self._resilience = resilience or Resilience()
         self._upstream = upstream
@@ -149,7 +151,7 @@ class Pipeline:
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
             waited = trio.current_time() - arrived
-            self.record_error(
+            self._outcomes.error(
                 request,
                 CLIENT_CLOSED,
                 Timing(total=waited, queue=waited),
@@ -220,24 +222,17 @@ class Pipeline:
             if status != 200:
                 if grant is not None:  # no usage: the request counts, its tokens do not
                     grant.refund() if dispatched is None else grant.settle(request.model, None)
-                timing = self.timing(arrived, dispatched)
+                timing = request_timing(arrived, dispatched)
                 if failure is not None:  # an error answer shows where its time went too
                     failure.headers["Server-Timing"] = timing.server_timing_header()
-                self.record_error(request, status, timing)
+                self._outcomes.error(request, status, timing)
         if grant is not None:
             grant.settle(request.model, reply.message.get("usage"))
         body = codec.reply(reply.message, reply.raw)
-        timing = self.timing(
+        timing = request_timing(
             arrived, dispatched, reply.started_at, reply.first_byte_at, reply.finished_at
         )
-        if self.metrics is not None:
-            self.metrics.record_success(
-                request.model,
-                reply.message.get("usage") or {},
-                timing,
-                surface=request.surface,
-                tenant=request.tenant,
-            )
+        self._outcomes.success(request, reply.message.get("usage") or {}, timing)
         headers = codec.headers(reply.headers)
         headers["Server-Timing"] = timing.server_timing_header()
         return JSONReply(body, headers)
@@ -273,7 +268,17 @@ class Pipeline:
             if grant is not None:
                 grant.refund()
             raise
-        relay = StreamRelay(self, request, codec.stream(), ticket, recv, slot, arrived, grant)
+        relay = StreamRelay(
+            self._outcomes,
+            self.settings,
+            request,
+            codec.stream(),
+            ticket,
+            recv,
+            slot,
+            arrived,
+            grant,
+        )
         handed_off = False
         try:
             with trio.move_on_at(deadline):
@@ -293,31 +298,6 @@ class Pipeline:
                 relay.close()
 
     # -- bookkeeping --------------------------------------------------------------------------
-
-    def timing(
-        self,
-        arrived: float,
-        dispatched: float | None,
-        started_at: float | None = None,
-        first_byte_at: float | None = None,
-        finished_at: float | None = None,
-        first_token_at: float | None = None,
-    ) -> Timing:
-        """Where the time went. ``upstream`` runs from the end of the queue (the first
-        attempt's start) to the last byte, so failed attempts, retries and the waits the
-        upstream asked for between them are the upstream's time, not the proxy's overhead;
-        ``upstream_ttfb`` is the answering attempt's own."""
-        now = trio.current_time()
-        begun = dispatched if dispatched is not None else started_at
-        return Timing(
-            total=now - arrived,
-            queue=max(0.0, (now if dispatched is None else dispatched) - arrived),
-            upstream_ttfb=None
-            if started_at is None or first_byte_at is None
-            else first_byte_at - started_at,
-            ttft=None if first_token_at is None else first_token_at - arrived,
-            upstream=None if begun is None else (finished_at or now) - begun,
-        )
 
     def record_refused(
         self,
@@ -339,24 +319,6 @@ class Pipeline:
             elif surface is not None:
                 self.metrics.record_call(surface, status, timing)
         return timing
-
-    def record_error(
-        self,
-        request: UpstreamRequest,
-        status: int,
-        timing: Timing,
-        usage: Mapping[str, Any] | None = None,
-    ) -> None:
-        if self.metrics is not None:
-            self.metrics.record_error(
-                request.model,
-                status,
-                timing,
-                stream=request.stream,
-                usage=usage,
-                surface=request.surface,
-                tenant=request.tenant,
-            )
 
     # -- calls that generate nothing --------------------------------------------------------
 
@@ -385,16 +347,16 @@ class Pipeline:
             if reply is None:
                 raise deadline_error(self.settings)
             status = 200
-            return reply, self.timing(
+            return reply, request_timing(
                 arrived, started, reply.started_at, reply.first_byte_at, reply.finished_at
             )
         except ProxyError as exc:
             status = exc.status
-            exc.headers["Server-Timing"] = self.timing(arrived, started).server_timing_header()
+            exc.headers["Server-Timing"] = request_timing(arrived, started).server_timing_header()
             raise
         finally:
             if self.metrics is not None:
-                self.metrics.record_call(request.surface, status, self.timing(arrived, started))
+                self.metrics.record_call(request.surface, status, request_timing(arrived, started))
 
 
 def _reply_headers_of(reply: UpstreamReply) -> Mapping[str, str]:

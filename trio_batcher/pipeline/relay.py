@@ -7,31 +7,32 @@ the answer is whole), and has the door's ``StreamCodec`` encode each one for the
 Ownership moves from the request handler to the response body generator once the prelude
 is read; whichever holds the relay last calls ``close()``, exactly once, which stops the
 upstream call (unless the answer was already whole), gives the gate slot back and records
-the request in the observatory.
+the request (``outcomes.Outcomes``: the relay gets the recorder, not the pipeline).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, final
 
 import trio
 
 from ..admission.dispatch import Ticket
 from ..admission.gate import Slot
 from ..errors import ProxyError
-from ..observatory.metrics import MetricsRegistry, Timing
+from ..observatory.metrics import Timing
 from ..settings import Settings
 from ..upstream.errors import client_status, status_for_error_type
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import StreamEvent
 from .coalesce import coalesce_deltas
 from .contract import CLIENT_CLOSED, ReplyCodec, StreamCodec
+from .outcomes import Outcomes, request_timing
 from .tally import StreamTally, event_kind
 from .tenancy import TenantGrant
 
-__all__ = ["HEADERS_EVENT", "RelayOwner", "StreamRelay", "deadline_error"]
+__all__ = ["HEADERS_EVENT", "StreamRelay", "deadline_error"]
 
 # First item the stream pump sends: the upstream's response headers and timing.
 HEADERS_EVENT: Final = "trio-batcher.upstream-headers"
@@ -60,35 +61,6 @@ def _stream_error_status(data: Mapping[str, Any]) -> int:
     return client_status(status_for_error_type(kind))
 
 
-class RelayOwner(Protocol):
-    """What a relay needs of the pipeline that started it (``core.Pipeline``): the settings,
-    and its bookkeeping for the stream's end."""
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def metrics(self) -> MetricsRegistry | None: ...
-
-    def timing(
-        self,
-        arrived: float,
-        dispatched: float | None,
-        started_at: float | None = None,
-        first_byte_at: float | None = None,
-        finished_at: float | None = None,
-        first_token_at: float | None = None,
-    ) -> Timing: ...
-
-    def record_error(
-        self,
-        request: UpstreamRequest,
-        status: int,
-        timing: Timing,
-        usage: Mapping[str, Any] | None = None,
-    ) -> None: ...
-
-
 class _Expired(Exception):
     """The relay was closed from outside (``expire``) while its body was suspended."""
 
@@ -107,7 +79,8 @@ class StreamRelay:
 
     def __init__(
         self,
-        pipeline: RelayOwner,
+        outcomes: Outcomes,
+        settings: Settings,
         request: UpstreamRequest,
         encoder: StreamCodec,
         ticket: Ticket[None],
@@ -116,7 +89,8 @@ class StreamRelay:
         arrived: float,
         grant: TenantGrant | None = None,
     ) -> None:
-        self._pipeline = pipeline
+        self._outcomes = outcomes
+        self._settings = settings
         self._grant = grant
         # What the bookkeeping at the end reads (model, surface, tenant), without the body:
         # a stream can stay open for minutes, its request's conversation need not.
@@ -199,7 +173,7 @@ class StreamRelay:
         return headers
 
     def timing(self) -> Timing:
-        return self._pipeline.timing(
+        return request_timing(
             self._arrived,
             self._ticket.started_at,
             self._upstream_started,
@@ -245,7 +219,7 @@ class StreamRelay:
             # expire() freed the stream while a write was stuck; once that write got
             # through, the client still learns why the stream ends here.
             # (An encoder whose stream already ended says so with b"": nothing to write.)
-            if chunk := encoder.error(deadline_error(self._pipeline.settings)):
+            if chunk := encoder.error(deadline_error(self._settings)):
                 yield chunk
         except _UpstreamFailed as exc:
             self.status = exc.status
@@ -284,18 +258,8 @@ class StreamRelay:
             usage["output_tokens"] = max(int(usage.get("output_tokens") or 0), self._tally.deltas)
         if self._grant is not None:
             self._grant.settle(self._request.model, usage)
-        metrics = self._pipeline.metrics
-        if metrics is None:
-            return
         timing = self.timing()
         if self.status == 200:
-            metrics.record_success(
-                self._request.model,
-                usage,
-                timing,
-                stream=True,
-                surface=self._request.surface,
-                tenant=self._request.tenant,
-            )
+            self._outcomes.success(self._request, usage, timing)
         else:
-            self._pipeline.record_error(self._request, self.status, timing, usage)
+            self._outcomes.error(self._request, self.status, timing, usage)

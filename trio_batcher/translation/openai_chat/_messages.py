@@ -1,9 +1,10 @@
 """OpenAI ``messages`` → Anthropic ``system`` + strictly alternating ``messages``.
 
-Theory of operation: one pass over the messages, building *turns*. A turn is a run of
-same-role messages after system/developer messages are lifted out (they all go to the
-top-level ``system``, wherever they sit), so two user messages separated by a system
-message still form one user turn. Roles map as:
+Theory of operation: one pass over the messages, building *turns* with the builder the
+Responses path shares (``_common.turns``). A turn is a run of same-role messages after
+system/developer messages are lifted out (they all go to the top-level ``system``, wherever
+they sit), so two user messages separated by a system message still form one user turn.
+Roles map as:
 
 - ``user`` → blocks of a user turn;
 - ``tool`` (and legacy ``function``) → ``tool_result`` blocks of a user turn, which are placed
@@ -25,51 +26,28 @@ Anthropic cannot take back, so it is not forwarded.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Any, Final
 
-from ...errors import ProxyError, invalid_request
-from ...json_text import MAX_JSON_DEPTH, deeper_than, lone_surrogate, strict_loads
-from ._content import (
-    Block,
-    assistant_blocks,
-    is_blank,
-    system_blocks,
-    tool_result_content,
-    user_blocks,
-)
+from ...errors import invalid_request
+from .._common.content import Block, is_blank
+from .._common.tool_calls import call_arguments, tool_use_id
+from .._common.turns import Turns, Wording
+from ._content import assistant_blocks, system_blocks, tool_result_content, user_blocks
 
 ROLES: Final = ("system", "developer", "user", "assistant", "tool", "function")
 _NAMED_ROLES: Final = ("tool", "function")
-_ID_UNSAFE: Final = re.compile(r"[^a-zA-Z0-9_-]")
-
-
-def tool_use_id(raw: str) -> str:
-    """An OpenAI tool call id made acceptable to Anthropic (``^[a-zA-Z0-9_-]+$``).
-
-    OpenAI ids (``call_…``) pass unchanged; other clients' ids (``functions.get:0``) have the
-    offending characters replaced, the same way on the call and on its result, plus a short
-    digest of the original, so that two distinct ids (``call:1`` and ``call_1``) stay distinct.
-    """
-    safe = _ID_UNSAFE.sub("_", raw)
-    if safe == raw:
-        return raw
-    return f"{safe}_{hashlib.blake2s(raw.encode(), digest_size=4).hexdigest()}"
-
-
-@dataclass
-class _Turn:
-    role: Literal["user", "assistant"]
-    blocks: list[Block] = field(default_factory=list)
-    results: list[Block] = field(default_factory=list)  # tool_result blocks (user turns)
-    # assistant turns: tool_use id → param of the call, for "never answered" errors
-    calls: dict[str, str] = field(default_factory=dict)
-    legacy: dict[str, list[str]] = field(default_factory=dict)  # function name → ids
-    answered: set[str] = field(default_factory=set)
-    empty_param: str | None = None  # first user message of the turn that had no content
+_WORDING: Final = Wording(
+    unanswered="An assistant message with tool_calls must be followed by tool messages "
+    "answering each call; tool call {call_id!r} has no result.",
+    stray="Tool result {shown!r} does not answer a tool call of the assistant message "
+    "right before it",
+    stray_later=" (tool results must directly follow the call).",
+    twice="Tool call {shown!r} is answered twice.",
+    nothing="messages must contain at least one user or assistant message with content.",
+    nothing_param="messages",
+)
 
 
 @dataclass
@@ -104,7 +82,7 @@ class _Builder:
     def __init__(self, messages: list[Mapping[str, Any]]) -> None:
         self.source = messages
         self.system: list[Block] = []
-        self.turns: list[_Turn] = []
+        self.turns = Turns(_WORDING)
         self.ignored: list[str] = []
         self.legacy_ids = 0
         self.tool_ids: set[str] = set()  # Anthropic wants tool_use ids unique per request
@@ -125,77 +103,18 @@ class _Builder:
                     system_blocks(_required_content(message, param), f"{param}.content")
                 )
             elif role == "user":
-                self._user(message, param)
+                blocks = user_blocks(_required_content(message, param), f"{param}.content")
+                self.turns.add_user(blocks, f"{param}.content")
             elif role == "assistant":
                 self._assistant(message, param)
             elif role == "tool":
                 self._tool(message, param)
             else:
                 self._function(message, param)
-        self._close_turn()
-        if self.turns and self.turns[-1].role == "assistant":
-            _check_answered(self.turns[-1], set())
-        self._strip_final_prefill()
-        if not self.turns:
-            raise invalid_request(
-                "messages must contain at least one user or assistant message with content.",
-                param="messages",
-            )
+        self.turns.finish()
         return Conversation(
-            system=self.system,
-            messages=[{"role": t.role, "content": t.results + t.blocks} for t in self.turns],
-            ignored=self.ignored,
+            system=self.system, messages=self.turns.messages(), ignored=self.ignored
         )
-
-    # -- turns -------------------------------------------------------------------------
-
-    def _turn(self, role: Literal["user", "assistant"]) -> _Turn:
-        if self.turns and self.turns[-1].role == role:
-            return self.turns[-1]
-        self._close_turn()
-        self.turns.append(_Turn(role))
-        return self.turns[-1]
-
-    def _previous_assistant(self) -> _Turn | None:
-        """The assistant turn right before the current user turn, if there is one."""
-        if len(self.turns) >= 2 and self.turns[-1].role == "user":
-            return self.turns[-2]
-        return None
-
-    def _close_turn(self) -> None:
-        """Checks that need a whole user turn: content present, every call answered."""
-        if not self.turns or self.turns[-1].role != "user":
-            return
-        turn = self.turns[-1]
-        if not turn.blocks and not turn.results:
-            raise invalid_request(
-                "A user message must have non-empty content.", param=turn.empty_param
-            )
-        previous = self._previous_assistant()
-        if previous is not None:
-            _check_answered(previous, turn.answered)
-
-    def _strip_final_prefill(self) -> None:
-        if not self.turns or self.turns[-1].role != "assistant":
-            return
-        turn = self.turns[-1]
-        if turn.blocks and turn.blocks[-1]["type"] == "text":
-            text = turn.blocks[-1]["text"].rstrip()
-            if text:
-                turn.blocks[-1] = {**turn.blocks[-1], "text": text}
-            else:
-                turn.blocks.pop()
-        if not turn.blocks:
-            self.turns.pop()
-
-    # -- roles -------------------------------------------------------------------------
-
-    def _user(self, message: Mapping[str, Any], param: str) -> None:
-        blocks = user_blocks(_required_content(message, param), f"{param}.content")
-        turn = self._turn("user")
-        if not blocks and turn.empty_param is None:
-            turn.empty_param = f"{param}.content"
-        turn.blocks.extend(blocks)
 
     def _assistant(self, message: Mapping[str, Any], param: str) -> None:
         if message.get("audio") is not None:
@@ -217,8 +136,7 @@ class _Builder:
             self.legacy_ids += 1
         if not text and not calls and legacy_call is None:
             return  # nothing Anthropic could take; a final empty prefill is no prefill
-        turn = self._turn("assistant")
-        turn.blocks.extend(thinking + text)
+        turn = self.turns.add_assistant(thinking + text, param)
         for block, call_param in calls:
             if block["id"] in self.tool_ids:
                 raise invalid_request(
@@ -226,12 +144,10 @@ class _Builder:
                     param=f"{call_param}.id",
                 )
             self.tool_ids.add(block["id"])
-            turn.calls[block["id"]] = call_param
-            turn.blocks.append(block)
+            self.turns.add_call(turn, block, call_param)
         if legacy_call is not None:
-            turn.calls[legacy_call["id"]] = f"{param}.function_call"
-            turn.legacy.setdefault(legacy_call["name"], []).append(legacy_call["id"])
-            turn.blocks.append(legacy_call)
+            turn.by_name.setdefault(legacy_call["name"], []).append(legacy_call["id"])
+            self.turns.add_call(turn, legacy_call, f"{param}.function_call")
 
     def _tool(self, message: Mapping[str, Any], param: str) -> None:
         raw_id = message.get("tool_call_id")
@@ -240,8 +156,9 @@ class _Builder:
                 "A tool message needs a tool_call_id.", param=f"{param}.tool_call_id"
             )
         content = tool_result_content(_required_content(message, param), f"{param}.content")
-        turn = self._turn("user")
-        self._answer(turn, tool_use_id(raw_id), content, f"{param}.tool_call_id", raw_id)
+        result = self.turns.answer(tool_use_id(raw_id), f"{param}.tool_call_id", raw_id)
+        if content is not None:
+            result["content"] = content
 
     def _function(self, message: Mapping[str, Any], param: str) -> None:
         name = message.get("name")
@@ -252,53 +169,22 @@ class _Builder:
             raise invalid_request(
                 "A function message's content must be a string.", param=f"{param}.content"
             )
-        turn = self._turn("user")
-        previous = self._previous_assistant()
+        turn = self.turns.turn("user")
+        previous = self.turns.previous_assistant()
         pending = [
-            i for i in (previous.legacy.get(name, []) if previous else []) if i not in turn.answered
+            i
+            for i in (previous.by_name.get(name, []) if previous else [])
+            if i not in turn.answered
         ]
         if not pending:
             raise invalid_request(
                 f"No function_call to {name!r} in the preceding assistant message to answer.",
                 param=f"{param}.name",
             )
-        self._answer(
-            turn,
-            pending[0],
-            tool_result_content(content, f"{param}.content"),
-            f"{param}.name",
-            name,
-        )
-
-    def _answer(
-        self, turn: _Turn, call_id: str, content: str | list[Block] | None, param: str, shown: str
-    ) -> None:
-        previous = self._previous_assistant()
-        if previous is None or call_id not in previous.calls:
-            earlier = any(call_id in t.calls for t in self.turns[:-2])
-            raise invalid_request(
-                f"Tool result {shown!r} does not answer a tool call of the assistant message "
-                "right before it"
-                + (" (tool results must directly follow the call)." if earlier else "."),
-                param=param,
-            )
-        if call_id in turn.answered:
-            raise invalid_request(f"Tool call {shown!r} is answered twice.", param=param)
-        turn.answered.add(call_id)
-        result: Block = {"type": "tool_result", "tool_use_id": call_id}
-        if content is not None:
-            result["content"] = content
-        turn.results.append(result)
-
-
-def _check_answered(assistant: _Turn, answered: set[str]) -> None:
-    for call_id, param in assistant.calls.items():
-        if call_id not in answered:
-            raise invalid_request(
-                "An assistant message with tool_calls must be followed by tool messages "
-                f"answering each call; tool call {call_id!r} has no result.",
-                param=param,
-            )
+        result = self.turns.answer(pending[0], f"{param}.name", name)
+        text = tool_result_content(content, f"{param}.content")
+        if text is not None:
+            result["content"] = text
 
 
 def _required_content(message: Mapping[str, Any], param: str) -> object:
@@ -313,38 +199,6 @@ def _list(value: object, param: str) -> list[Any]:
     if not isinstance(value, list):
         raise invalid_request("Expected an array.", param=param)
     return value
-
-
-def _arguments(raw: object, param: str) -> dict[str, Any]:
-    if not isinstance(raw, str):
-        raise invalid_request("function.arguments must be a JSON string.", param=param)
-    if is_blank(raw):
-        return {}
-    # The same rules as the body it came in (json_text): it is serialised again upstream.
-    try:
-        value = strict_loads(raw)
-    except ValueError:
-        raise invalid_request("function.arguments is not valid JSON.", param=param) from None
-    except RecursionError:
-        raise _too_deep(param) from None
-    if deeper_than(raw, MAX_JSON_DEPTH):
-        raise _too_deep(param)
-    if ("\\ud" in raw or "\\uD" in raw) and lone_surrogate(value) is not None:
-        raise invalid_request(
-            "function.arguments contains an unpaired UTF-16 surrogate escape, which is not "
-            "valid Unicode text.",
-            param=param,
-        )
-    if not isinstance(value, dict):
-        raise invalid_request("function.arguments must encode a JSON object.", param=param)
-    return value
-
-
-def _too_deep(param: str) -> ProxyError:
-    return invalid_request(
-        f"function.arguments is nested too deeply (more than {MAX_JSON_DEPTH} levels).",
-        param=param,
-    )
 
 
 def _tool_call(call: object, param: str) -> tuple[Block, str]:
@@ -368,7 +222,9 @@ def _tool_call(call: object, param: str) -> tuple[Block, str]:
         "type": "tool_use",
         "id": tool_use_id(raw_id),
         "name": name,
-        "input": _arguments(function.get("arguments"), f"{param}.function.arguments"),
+        "input": call_arguments(
+            function.get("arguments"), f"{param}.function.arguments", "function.arguments"
+        ),
     }
     return block, param
 
@@ -380,7 +236,7 @@ def _legacy_call(call: object, param: str, n: int) -> Block:
         "type": "tool_use",
         "id": f"call_legacy_{n}",
         "name": call["name"],
-        "input": _arguments(call.get("arguments"), f"{param}.arguments"),
+        "input": call_arguments(call.get("arguments"), f"{param}.arguments", "function.arguments"),
     }
 
 

@@ -1,5 +1,5 @@
-"""The plain top-level parameters: the rejected ones, ``stream_options``, the token cap,
-``stop`` and the end user's id.
+"""The plain top-level parameters only Chat has: the rejected ones, ``stream_options`` and
+the token cap (``stop`` and the end user's id are ``_common.params``).
 
 Each function validates one parameter (or a family of them) and returns its Anthropic
 value, adding to ``Ignored`` what had to be dropped; those that cannot be honoured without
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import invalid_request
-from ._fields import Ignored, optional_bool, optional_int, optional_str, present
+from .._common.fields import Ignored, optional_bool, optional_int, present
 
 
 def reject_unsupported(payload: Mapping[str, Any]) -> None:
@@ -65,38 +65,3 @@ def max_tokens_cap(payload: Mapping[str, Any], ignored: Ignored) -> int | None:
     if completion is not None and legacy is not None:
         ignored.add("max_tokens")
     return completion if completion is not None else legacy
-
-
-def stop_sequences(value: object, ignored: Ignored) -> list[str]:
-    """``stop`` as ``stop_sequences``.
-
-    Lenient on length: OpenAI caps the list at 4, Anthropic has no small cap, so any number
-    of strings is accepted. Empty and whitespace-only strings (``"\\n"`` is a common one) are
-    dropped, because Anthropic rejects them, and named as ``stop[i]`` in ``ignored_params``
-    so the client can see that the reply will not stop there; duplicates are sent once.
-    """
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list):
-        raise invalid_request("stop must be a string or an array of strings.", param="stop")
-    out: list[str] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise invalid_request(
-                "stop must be a string or an array of strings.", param=f"stop[{i}]"
-            )
-        if not item.strip():
-            ignored.add(f"stop[{i}]")
-        elif item not in out:
-            out.append(item)
-    return out
-
-
-def metadata_user_id(payload: Mapping[str, Any], ignored: Ignored) -> str | None:
-    """``safety_identifier`` (OpenAI's successor to ``user``), else ``user``."""
-    safety = optional_str(payload, "safety_identifier")
-    user = optional_str(payload, "user")
-    if safety and user:
-        ignored.add("user")
-    return safety or user or None

@@ -21,31 +21,26 @@ had to give.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ...errors import invalid_request
-from ._fields import Ignored, optional_bool, optional_int, present
+from .._common.fields import Ignored, optional_bool, optional_int, present
+from .._common.model_traits import traits_for
+from .._common.params import metadata_user_id, stop_sequences
+from .._common.preflight import MAX_CACHE_BREAKPOINTS as MAX_CACHE_BREAKPOINTS
+from .._common.preflight import check_cache_breakpoints, check_prefill, marks_cache
+from .._common.reasoning import MIN_THINKING_BUDGET as MIN_THINKING_BUDGET
+from .._common.reasoning import THINKING_BUDGETS as THINKING_BUDGETS
+from .._common.reasoning import thinking_for
+from .._common.sampling import API_2026 as API_2026
+from .._common.sampling import sampling
+from .._common.structured_output import JSON_OBJECT_INSTRUCTION as JSON_OBJECT_INSTRUCTION
+from .._common.structured_output import structured_output
 from ._messages import convert_messages
-from ._params import (
-    max_tokens_cap,
-    metadata_user_id,
-    reject_unsupported,
-    stop_sequences,
-    stream_include_usage,
-)
-from ._preflight import MAX_CACHE_BREAKPOINTS as MAX_CACHE_BREAKPOINTS
-from ._preflight import check_cache_breakpoints, check_prefill
-from ._reasoning import MIN_THINKING_BUDGET as MIN_THINKING_BUDGET
-from ._reasoning import THINKING_BUDGETS as THINKING_BUDGETS
-from ._reasoning import thinking_for
-from ._sampling import API_2026 as API_2026
-from ._sampling import sampling
-from ._structured_output import JSON_OBJECT_INSTRUCTION as JSON_OBJECT_INSTRUCTION
-from ._structured_output import response_format
+from ._params import max_tokens_cap, reject_unsupported, stream_include_usage
 from ._tools import translate_tool_choice, translate_tools
-from .model_traits import traits_for
 
 __all__ = ["TranslatedRequest", "TranslationOptions", "translate_request"]
 
@@ -171,7 +166,13 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         "messages": conversation.messages,
     }
     traits = traits_for(body["model"])
-    check_prefill(body, payload["messages"], traits)
+    check_prefill(
+        body,
+        traits,
+        param=_last_assistant(payload["messages"]),
+        ending="an assistant message",
+        remedy="end it with a user message",
+    )
     system = conversation.system
     cap = max_tokens_cap(payload, ignored)
     cap_param = (
@@ -189,7 +190,7 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
 
-    system = system + response_format(payload, body)
+    system = system + _response_format(payload, body)
     if system:
         body["system"] = system
 
@@ -200,7 +201,15 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     if user_id:
         body["metadata"] = {"user_id": user_id}
 
-    thinking = thinking_for(payload, body, cap, traits, options.default_max_tokens, ignored)
+    thinking = thinking_for(
+        payload.get("reasoning_effort"),
+        "reasoning_effort",
+        body,
+        cap,
+        traits,
+        options.default_max_tokens,
+        ignored,
+    )
     if thinking is not None:
         body["thinking"] = thinking
     elif cap is not None:
@@ -214,7 +223,7 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         ignored=ignored,
     )
 
-    check_cache_breakpoints(body, payload)
+    check_cache_breakpoints(body, _breakpoint_params(payload))
     if stream:
         body["stream"] = True
     for key in IGNORED_PARAMS:
@@ -235,3 +244,39 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         ignored_params=tuple(in_request_order),
         cap_param=cap_param,
     )
+
+
+def _response_format(payload: Mapping[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``response_format`` (the schema under ``json_schema``) as structured output."""
+    fmt = payload.get("response_format")
+    if fmt is None:
+        return []
+    return structured_output(
+        fmt.get("type") if isinstance(fmt, Mapping) else None,
+        fmt.get("json_schema") if isinstance(fmt, Mapping) else None,
+        body,
+        type_param="response_format.type",
+        spec_param="response_format.json_schema",
+    )
+
+
+def _last_assistant(messages: object) -> str:
+    """The path of the last assistant message: where a prefill ends."""
+    assistants = [
+        i
+        for i, m in enumerate(messages if isinstance(messages, list) else ())
+        if isinstance(m, Mapping) and m.get("role") == "assistant"
+    ]
+    return f"messages[{assistants[-1]}]" if assistants else "messages"
+
+
+def _breakpoint_params(payload: Mapping[str, Any]) -> Iterator[str]:
+    """Where the client asked for cache breakpoints, in request order (tools, then messages)."""
+    for i, tool in enumerate(payload.get("tools") or ()):
+        if marks_cache(tool):
+            yield f"tools[{i}]"
+    for i, message in enumerate(payload.get("messages") or ()):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if marks_cache(part):
+                yield f"messages[{i}].content[{j}]"

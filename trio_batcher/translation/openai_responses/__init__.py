@@ -6,7 +6,7 @@
   headers) and ``final``, the complete response to store;
 - ``client_view``: a stored (internal) response as the client may see it.
 
-Reuses the Chat path (``openai_chat``) for every rule the dialects share.
+Every rule the dialects share is ``translation._common``'s, called with this dialect's paths.
 """
 
 from __future__ import annotations

@@ -106,11 +106,17 @@ def normalize_input(
                     param=f"{param}.id",
                 )
             items.append((normalize_item(found, "previous_response_id"), param))
-        elif isinstance(raw, Mapping) and raw.get("type") in _DROPPED_ITEMS:
+        elif isinstance(raw, Mapping) and _kind(raw) in _DROPPED_ITEMS:
             ignored.append(param)
         else:
             items.append((normalize_item(raw, param), param))
     return items
+
+
+def _kind(raw: Mapping[str, Any]) -> str | None:
+    """An item's ``type`` if it is a string: a client's ``[]`` there cannot be hashed."""
+    kind = raw.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def normalize_item(raw: object, param: str) -> Item:

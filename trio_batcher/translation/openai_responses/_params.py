@@ -1,10 +1,10 @@
-"""The Responses parameters that have a Chat twin, translated through it; and the rest.
+"""The Responses parameters that have a Chat twin, and the rest.
 
 ``text.format`` and ``reasoning.effort`` mean what Chat's ``response_format`` and
-``reasoning_effort`` mean, so they are rewritten in Chat's shape and handed to the same
-functions (``_structured_output.response_format``, ``_reasoning.thinking_for``): the two
-dialects cannot drift apart. Errors and ignored names those report are renamed to the
-Responses field (``text.format.schema``, ``reasoning.effort``).
+``reasoning_effort`` mean, so both dialects hand them to the same functions
+(``_common.structured_output``, ``_common.reasoning``) with their own paths: the two
+dialects cannot drift apart, and errors name the Responses field (``text.format.schema``,
+``reasoning.effort``).
 
 The rest is validated here so that what is echoed in the response object is always valid
 for the ``openai`` SDK's strict types: ``metadata`` (≤ 16 string pairs), ``include``,
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ...errors import ProxyError, invalid_request
-from ..openai_chat import _structured_output as chat_structured
-from ..openai_chat._fields import Ignored, optional_bool, optional_int, present
+from ...errors import invalid_request
+from .._common.fields import Ignored, optional_bool, optional_int, present
+from .._common.structured_output import structured_output
 
 __all__ = [
     "ENCRYPTED_REASONING",
@@ -142,8 +142,8 @@ def text_format(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(system blocks to append, the ``text`` object to echo) for ``text``.
 
-    ``text.format`` becomes Chat's ``response_format`` (the flat json_schema fields nested
-    under ``json_schema``) and goes through the Chat path; ``text.verbosity`` has no
+    ``text.format`` is structured output, as Chat's ``response_format`` (its json_schema
+    fields are flat here, nested under ``json_schema`` there); ``text.verbosity`` has no
     Anthropic equivalent and is ignored.
     """
     value = payload.get("text")
@@ -164,27 +164,15 @@ def text_format(
         return [], echo
     if not isinstance(fmt, Mapping):
         raise invalid_request("text.format must be an object.", param="text.format")
-    chat_format: dict[str, Any] = {"type": fmt.get("type")}
     if fmt.get("type") == "json_schema":
         if not isinstance(fmt.get("name"), str):
             raise invalid_request("text.format needs a name.", param="text.format.name")
-        chat_format["json_schema"] = {
-            k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt
-        }
         strict = fmt.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise invalid_request(
                 "text.format.strict must be a boolean.", param="text.format.strict"
             )
-    try:
-        return chat_structured.response_format({"response_format": chat_format}, body), echo
-    except ProxyError as exc:
-        exc.param = (
-            (exc.param or "")
-            .replace("response_format.json_schema", "text.format")
-            .replace("response_format", "text.format")
-        )
-        exc.message = exc.message.replace("response_format.json_schema", "text.format").replace(
-            "response_format", "text.format"
-        )
-        raise
+    blocks = structured_output(
+        fmt.get("type"), fmt, body, type_param="text.format.type", spec_param="text.format"
+    )
+    return blocks, echo

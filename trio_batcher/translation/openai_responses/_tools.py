@@ -1,11 +1,10 @@
-"""Responses ``tools`` and ``tool_choice`` as Anthropic tools, through the Chat path.
+"""Responses ``tools`` and ``tool_choice`` as Anthropic tools, by the rules Chat's follow.
 
 The Responses API writes function tools flat (``{type: "function", name, parameters,
 strict}``) and groups some under a ``namespace`` tool; Chat nests them under ``function``.
-Each tool is rewritten in Chat's shape and handed to ``openai_chat``'s ``translate_tools`` /
-``translate_tool_choice``, so both dialects get the same schema checks, strict-schema
-reshaping and choice rules; the errors those raise are renamed to the Responses path
-(``tools[2].tools[0].parameters``) before the client sees them.
+Each function tool goes through ``_common.tools`` with its Responses path
+(``tools[2].tools[0]``), so both dialects get the same schema checks, strict-schema
+reshaping and choice rules, and every error names the client's own field.
 
 Decisions:
 
@@ -36,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ...errors import ProxyError, invalid_request
-from ..openai_chat import _tools as chat_tools
+from .._common.fields import optional_bool
+from .._common.tools import (
+    check_allowed_mode,
+    function_tool,
+    keep_allowed,
+    named_choice,
+    settle_choice,
+)
 
 __all__ = ["Tools", "anthropic_tool_name", "translate_tool_choice", "translate_tools"]
 
@@ -46,8 +52,6 @@ _NAME_PART: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _WEB_SEARCH: Final = frozenset(
     {"web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11"}
 )
-_CACHE_KEYS: Final = ("cache_control", "prompt_cache_breakpoint")
-_CHAT_FIELDS: Final = re.compile(r"\.function(?=\.|$)")
 
 
 @dataclass
@@ -110,47 +114,31 @@ def translate_tools(value: object, ignored: list[str]) -> Tools:
             )
     flat = {str(t.get("name")) for ns, t, _, _ in entries if ns is None}
     result = Tools()
-    chat: list[dict[str, Any]] = []
-    params: list[str] = []
+    taken: set[str] = set()
     for namespace, tool, param, note in entries:
         name = tool.get("name")
         upstream = anthropic_tool_name(namespace, name, flat) if isinstance(name, str) else name
-        function: dict[str, Any] = {"name": upstream, "parameters": tool.get("parameters")}
+        fields: dict[str, Any] = {"name": upstream, "parameters": tool.get("parameters")}
         description = tool.get("description")
         if note and (description is None or isinstance(description, str)):
             description = f"{description}\n\n{note}" if description else note
-        function["description"] = description
+        fields["description"] = description
         strict = tool.get("strict")
-        function["strict"] = True if strict is None else strict
-        chat.append(
-            {
-                "type": "function",
-                "function": function,
-                **{k: tool[k] for k in _CACHE_KEYS if k in tool},
-            }
-        )
-        params.append(param)
+        fields["strict"] = True if strict is None else strict
+        try:
+            result.anthropic.append(function_tool(tool, fields, param, "", taken))
+        except ProxyError as exc:
+            if strict is not None or not (exc.param or "").startswith(f"{param}.parameters"):
+                raise
+            # The schema has no strict form; the client never asked for one: send it loose.
+            fields["strict"] = False
+            taken.discard(str(upstream))  # taken by the failed attempt
+            result.anthropic.append(function_tool(tool, fields, param, "", taken))
+            ignored.append(f"{param}.strict")
         if isinstance(name, str) and isinstance(upstream, str):
             result.names[upstream] = (namespace, name)
             result.by_client[(namespace, name)] = upstream
-    defaulted = {c for c, (_, tool, _, _) in enumerate(entries) if tool.get("strict") is None}
-    while True:  # at most once per tool whose strictness was only the default
-        try:
-            result.anthropic = chat_tools.translate_tools(chat)
-            return result
-        except ProxyError as exc:
-            culprit = _culprit(exc)
-            if culprit not in defaulted or ".parameters" not in (exc.param or ""):
-                raise _renamed(exc, params) from None
-            # The schema has no strict form; the client never asked for one: send it loose.
-            defaulted.discard(culprit)
-            chat[culprit]["function"]["strict"] = False
-            ignored.append(f"{params[culprit]}.strict")
-
-
-def _culprit(exc: ProxyError) -> int | None:
-    match = re.match(r"tools\[(\d+)\]", exc.param or "")
-    return int(match[1]) if match else None
+    return result
 
 
 def _namespace(
@@ -186,15 +174,6 @@ def _namespace(
     return out
 
 
-def _renamed(exc: ProxyError, params: list[str]) -> ProxyError:
-    """A Chat-path error about ``tools[c].function.x`` as one about the Responses tool."""
-    match = re.match(r"tools\[(\d+)\](.*)", exc.param or "")
-    if match is not None and int(match[1]) < len(params):
-        exc.param = params[int(match[1])] + _CHAT_FIELDS.sub("", match[2], count=1)
-    exc.message = exc.message.replace("function.", "")
-    return exc
-
-
 def translate_tool_choice(payload: Mapping[str, Any], tools: Tools) -> dict[str, Any] | None:
     """``tool_choice`` and ``parallel_tool_calls`` as Anthropic's ``tool_choice``.
 
@@ -203,51 +182,43 @@ def translate_tool_choice(payload: Mapping[str, Any], tools: Tools) -> dict[str,
     as on the Chat path. Choices of built-in tools are a 400.
     """
     choice = payload.get("tool_choice")
-    chat_choice: object = choice
-    if isinstance(choice, Mapping):
+    result: dict[str, Any] | None
+    if choice is None:
+        result = None
+    elif isinstance(choice, Mapping):
         kind = choice.get("type")
         if kind == "function":
-            chat_choice = {
-                "type": "function",
-                "function": {"name": _chosen(choice, tools, "tool_choice")},
-            }
+            result = {"type": "tool", "name": _chosen(choice, tools, "tool_choice")}
         elif kind == "allowed_tools":
             entries = choice.get("tools")
             if not isinstance(entries, list):
                 raise invalid_request(
                     "tool_choice.tools must be an array.", param="tool_choice.tools"
                 )
-            functions = []
+            keep: set[str] = set()
             for i, entry in enumerate(entries):
                 where = f"tool_choice.tools[{i}]"
                 if not isinstance(entry, Mapping) or entry.get("type") != "function":
                     raise invalid_request(
                         "allowed_tools entries must be function tools from tools.", param=where
                     )
-                functions.append(
-                    {"type": "function", "function": {"name": _chosen(entry, tools, where)}}
-                )
-            chat_choice = {
-                "type": "allowed_tools",
-                "allowed_tools": {"mode": choice.get("mode"), "tools": functions},
-            }
+                keep.add(_chosen(entry, tools, where))
+            mode = choice.get("mode")
+            check_allowed_mode(mode, "tool_choice", "tool_choice.mode")
+            result = keep_allowed(str(mode), keep, tools.anthropic)
         else:
             raise invalid_request(
                 f"tool_choice of type {kind!r} is not supported; only function tools exist here.",
                 param="tool_choice.type",
             )
-    chat_payload = {
-        "tool_choice": chat_choice,
-        "parallel_tool_calls": payload.get("parallel_tool_calls"),
-    }
-    try:
-        return chat_tools.translate_tool_choice(chat_payload, tools.anthropic)
-    except ProxyError as exc:
-        exc.param = (exc.param or "").replace(".allowed_tools.tools", ".tools").replace(
-            "tool_choice.allowed_tools", "tool_choice.mode"
-        ) or None
-        exc.message = exc.message.replace("tool_choice.allowed_tools", "tool_choice")
-        raise
+    elif (named := named_choice(choice)) is not None:
+        result = named
+    else:
+        raise invalid_request(
+            'tool_choice must be "none", "auto", "required", a function or allowed_tools.',
+            param="tool_choice",
+        )
+    return settle_choice(result, tools.anthropic, optional_bool(payload, "parallel_tool_calls"))
 
 
 def _chosen(entry: Mapping[str, Any], tools: Tools, param: str) -> str:

@@ -4,10 +4,10 @@ Theory of operation: ``translate_request`` is a pure function (but for the ids i
 input items that came without one) from the client's JSON and the items of the earlier
 turns to a ``ResponsesRequest``. It validates every field it reads and raises a 400
 ``invalid_request_error`` whose ``param`` names the field (``input[3].call_id``,
-``tools[2].type``); nothing else escapes it. It reuses the Chat path for everything the two
-dialects share -- content parts, tool schemas, structured output, thinking, sampling, the
-cap, stop sequences, the end-user id -- so a rule fixed there is fixed here. Each top-level
-field falls in exactly one class:
+``tools[2].type``); nothing else escapes it. Every rule the two dialects share -- content
+parts, tool schemas, structured output, thinking, sampling, stop sequences, the end-user
+id, the turn builder -- is ``translation._common``'s, called with this dialect's paths, so
+a rule fixed there is fixed for both. Each top-level field falls in exactly one class:
 
 - translated: ``model``, ``input``, ``instructions``, ``previous_response_id`` (the door
   supplies its items as ``history``), ``store``, ``stream``, ``tools``, ``tool_choice``,
@@ -27,19 +27,19 @@ filled in, already valid for the SDK's strict types.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ...errors import ProxyError, invalid_request
+from .._common.content import string_blocks
+from .._common.fields import Ignored, optional_bool, optional_int, optional_str, present
+from .._common.model_traits import traits_for
+from .._common.params import metadata_user_id, stop_sequences
+from .._common.preflight import check_cache_breakpoints, check_prefill, marks_cache
+from .._common.reasoning import thinking_for
+from .._common.sampling import sampling
 from ..openai_chat import TranslationOptions
-from ..openai_chat import _content as chat_content
-from ..openai_chat._fields import Ignored, optional_bool, optional_int, optional_str, present
-from ..openai_chat._params import metadata_user_id, stop_sequences
-from ..openai_chat._preflight import check_cache_breakpoints
-from ..openai_chat._reasoning import thinking_for
-from ..openai_chat._sampling import sampling
-from ..openai_chat.model_traits import traits_for
 from ..openai_chat.request import DEFAULT_MODEL_ALIAS
 from ._conversation import convert_items
 from ._items import Item, normalize_input, normalize_item
@@ -187,12 +187,13 @@ def translate_request(
         "messages": conversation.messages,
     }
     traits = traits_for(upstream_model)
-    if conversation.last_assistant is not None and not traits.prefill:
-        raise invalid_request(
-            f"{upstream_model} does not continue a conversation that ends with assistant "
-            "output (Claude models from 4.6 on take no prefill); end input with a user "
-            "message or a function_call_output.",
+    if conversation.last_assistant is not None:
+        check_prefill(
+            body,
+            traits,
             param=conversation.last_assistant,
+            ending="assistant output",
+            remedy="end input with a user message or a function_call_output",
         )
     cap = optional_int(payload, "max_output_tokens", minimum=1)
     if tools.anthropic:
@@ -200,7 +201,7 @@ def translate_request(
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
 
-    system = chat_content.system_blocks(instructions or "", "instructions") + conversation.system
+    system = string_blocks(instructions or "") + conversation.system
     format_blocks, text_echo = text_format(payload, body, ignored)
     system += format_blocks
     if system:
@@ -213,7 +214,9 @@ def translate_request(
         body["metadata"] = {"user_id": user_id}
 
     effort, reasoning_echo = reasoning(payload, ignored)
-    thinking = _thinking(effort, body, cap, traits, options, ignored)
+    thinking = thinking_for(
+        effort, "reasoning.effort", body, cap, traits, options.default_max_tokens, ignored
+    )
     if thinking is not None:
         body["thinking"] = thinking
     elif cap is not None:
@@ -227,7 +230,7 @@ def translate_request(
         anthropic_version=options.anthropic_version,
         ignored=ignored,
     )
-    _check_breakpoints(body, payload, current)
+    check_cache_breakpoints(body, _breakpoint_params(payload.get("tools"), current))
     if stream:
         body["stream"] = True
 
@@ -285,69 +288,21 @@ def _given(value: object, default: float) -> object:
     return default if value is None else value
 
 
-def _thinking(
-    effort: object,
-    body: dict[str, Any],
-    cap: int | None,
-    traits: Any,
-    options: TranslationOptions,
-    ignored: Ignored,
-) -> dict[str, Any] | None:
-    """``reasoning.effort`` through Chat's ``thinking_for``, names translated back."""
-    names = Ignored()
-    try:
-        thinking = thinking_for(
-            {"reasoning_effort": effort}, body, cap, traits, options.default_max_tokens, names
-        )
-    except ProxyError as exc:
-        exc.param = "reasoning.effort"
-        exc.message = exc.message.replace("reasoning_effort", "reasoning.effort")
-        raise
-    for name in names.names:
-        ignored.add(name.replace("reasoning_effort", "reasoning.effort"))
-    return thinking
-
-
-def _check_breakpoints(
-    body: Mapping[str, Any], payload: Mapping[str, Any], items: list[tuple[Item, str]]
-) -> None:
-    """Chat's cache breakpoint check, with the client's fifth breakpoint named in our paths."""
-    try:
-        check_cache_breakpoints(body, {})
-    except ProxyError as exc:
-        marked = [*_tool_marks(payload.get("tools")), *_item_marks(items)]
-        if len(marked) > 4:
-            exc.param = marked[4]
-        raise
-
-
-def _marks(part: object) -> bool:
-    return isinstance(part, Mapping) and any(
-        part.get(k) is not None for k in ("cache_control", "prompt_cache_breakpoint")
-    )
-
-
-def _tool_marks(tools: object) -> list[str]:
-    marked: list[str] = []
+def _breakpoint_params(tools: object, items: list[tuple[Item, str]]) -> Iterator[str]:
+    """Where the client asked for cache breakpoints, in request order (tools, then input)."""
     for i, tool in enumerate(tools if isinstance(tools, list) else ()):
-        if _marks(tool):
-            marked.append(f"tools[{i}]")
+        if marks_cache(tool):
+            yield f"tools[{i}]"
         inner = tool.get("tools") if isinstance(tool, Mapping) else None
         for k, member in enumerate(inner if isinstance(inner, list) else ()):
-            if _marks(member):
-                marked.append(f"tools[{i}].tools[{k}]")
-    return marked
-
-
-def _item_marks(items: list[tuple[Item, str]]) -> list[str]:
-    marked: list[str] = []
+            if marks_cache(member):
+                yield f"tools[{i}].tools[{k}]"
     for item, param in items:
         key = "content" if item["type"] == "message" else "output"
         parts = item.get(key)
         for j, part in enumerate(parts if isinstance(parts, list) else ()):
-            if _marks(part):
-                marked.append(f"{param}.{key}[{j}]")
-    return marked
+            if marks_cache(part):
+                yield f"{param}.{key}[{j}]"
 
 
 def item_references(payload: object) -> list[str]:

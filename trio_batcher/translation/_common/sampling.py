@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ...errors import invalid_request
-from ._fields import Ignored, is_int, optional_number
+from .fields import Ignored, is_int, optional_number
 from .model_traits import ModelTraits
 
 API_2026: Final = "2026-10-21"

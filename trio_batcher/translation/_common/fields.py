@@ -1,4 +1,4 @@
-"""Reading the request's optional fields, and recording what was dropped.
+"""Reading a request's optional top-level fields, and recording what was dropped.
 
 Every parameter module reads the client's JSON through these: ``null`` means "not set", as
 OpenAI clients send it, and a value of the wrong type is a 400 naming the field. ``Ignored``

@@ -1,0 +1,80 @@
+"""How a request ended, written down: where its time went, and the observatory's counters.
+
+The pipeline records most requests itself; a stream ends later, in its relay, which gets
+this small recorder rather than the whole pipeline, so the relay depends on what it
+records with and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, final
+
+import trio
+
+from ..observatory.metrics import MetricsRegistry, Timing
+from ..upstream.request import UpstreamRequest
+
+__all__ = ["Outcomes", "request_timing"]
+
+
+def request_timing(
+    arrived: float,
+    dispatched: float | None,
+    started_at: float | None = None,
+    first_byte_at: float | None = None,
+    finished_at: float | None = None,
+    first_token_at: float | None = None,
+) -> Timing:
+    """Where the time went, as of now. ``upstream`` runs from the end of the queue (the
+    first attempt's start) to the last byte, so failed attempts, retries and the waits the
+    upstream asked for between them are the upstream's time, not the proxy's overhead;
+    ``upstream_ttfb`` is the answering attempt's own."""
+    now = trio.current_time()
+    begun = dispatched if dispatched is not None else started_at
+    return Timing(
+        total=now - arrived,
+        queue=max(0.0, (now if dispatched is None else dispatched) - arrived),
+        upstream_ttfb=None
+        if started_at is None or first_byte_at is None
+        else first_byte_at - started_at,
+        ttft=None if first_token_at is None else first_token_at - arrived,
+        upstream=None if begun is None else (finished_at or now) - begun,
+    )
+
+
+@final
+class Outcomes:
+    """Records finished requests in the metrics registry (nothing, without one)."""
+
+    def __init__(self, metrics: MetricsRegistry | None) -> None:
+        self.metrics = metrics
+
+    def success(self, request: UpstreamRequest, usage: Mapping[str, Any], timing: Timing) -> None:
+        if self.metrics is not None:
+            self.metrics.record_success(
+                request.model,
+                usage,
+                timing,
+                stream=request.stream,
+                surface=request.surface,
+                tenant=request.tenant,
+            )
+
+    def error(
+        self,
+        request: UpstreamRequest,
+        status: int,
+        timing: Timing,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
+        if self.metrics is not None:
+            self.metrics.record_error(
+                request.model,
+                status,
+                timing,
+                stream=request.stream,
+                usage=usage,
+                surface=request.surface,
+                tenant=request.tenant,
+            )
