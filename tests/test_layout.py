@@ -1,148 +1,112 @@
-"""The package's layout, checked against the tree: where the seams are, and that nothing
-reaches across them (STYLE.md, Layout).
+"""The package's shape, read off its source with ``ast``: imports flow one way.
 
-Imports are read with ``ast``, so every import counts: module level, inside functions, and
-under ``if TYPE_CHECKING:`` (a type-only cycle still ties two modules into one room).
+Every ``import`` counts, those under ``if TYPE_CHECKING:`` and inside functions included: a
+type-only import circle is still two modules that each need the other to be read. The
+checks: no cycle between trio_batcher's packages (each subpackage, and each top-level
+module, one node), none between the modules of the packages whose modules depend on one
+another most (``admission``, ``pipeline``, ``observatory``, ``translation``,
+``upstream.resilience``), no module importing another package's private (``_``-named)
+module, and no helper written twice.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+import collections
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Final
 
-import trio_batcher
+import pytest
 
-PACKAGE = Path(trio_batcher.__file__).parent
-ROOT = "trio_batcher"
-
-# Packages in which no module may take part in an import cycle.
-NO_CYCLES = (
-    "trio_batcher.admission",
-    "trio_batcher.pipeline",
-    "trio_batcher.observatory",
-    "trio_batcher.upstream.resilience",
-)
-
-# Known cycles outside the admission/pipeline/resilience seams, each with who removes it.
-# Remove an entry when its cycle is gone.
-ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # The observatory's rework (h-obs) splits the snapshot from the registry.
-        frozenset({"trio_batcher.observatory.metrics", "trio_batcher.observatory.snapshot"}),
-    }
-)
-
-# Known imports of another package's private module, each with who removes it. None may be
-# in admission/, pipeline/ or upstream/resilience/. Remove an entry when its import is gone.
-ALLOWED_PRIVATE: frozenset[tuple[str, str]] = frozenset(
-    {
-        # The translation helper (h-trans) moves what the Responses dialect shares with
-        # Chat into a shared module, instead of importing Chat's private ones.
-        *(
-            ("trio_batcher.translation.openai_responses." + importer, "trio_batcher." + imported)
-            for importer, imported in (
-                ("_conversation", "translation.openai_chat._content"),
-                ("_conversation", "translation.openai_chat._messages"),
-                ("_params", "translation.openai_chat._fields"),
-                ("_params", "translation.openai_chat._structured_output"),
-                ("_tools", "translation.openai_chat._tools"),
-                ("request", "translation.openai_chat._content"),
-                ("request", "translation.openai_chat._fields"),
-                ("request", "translation.openai_chat._params"),
-                ("request", "translation.openai_chat._preflight"),
-                ("request", "translation.openai_chat._reasoning"),
-                ("request", "translation.openai_chat._sampling"),
-            )
-        ),
-        # Batch status and splitting, read by the observatory and the offline poller: the
-        # translation helper (h-trans) gives openai_batch a public face for them.
-        (
-            "trio_batcher.observatory.batch_status",
-            "trio_batcher.translation.openai_batch._status",
-        ),
-        ("trio_batcher.offline._submit", "trio_batcher.translation.openai_batch._split"),
-        # The spend store's SQLite plumbing (the stored-state helper, h-state).
-        ("trio_batcher.tenants.sqlite_spend", "trio_batcher.store._sqlite"),
-    }
-)
+PACKAGE: Final = pathlib.Path(__file__).resolve().parent.parent / "trio_batcher"
+ROOT_NAME: Final = PACKAGE.name
 
 
-def _modules() -> dict[str, Path]:
-    modules: dict[str, Path] = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = [ROOT, *path.relative_to(PACKAGE).with_suffix("").parts]
-        if parts[-1] == "__init__":
+def _modules() -> dict[str, tuple[pathlib.Path, bool]]:
+    """Every module by dotted name, with its file and whether it is a package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
             parts.pop()
-        modules[".".join(parts)] = path
-    return modules
+        found[".".join(parts)] = (path, is_package)
+    return found
 
 
-def _package_of(module: str, path: Path) -> str:
-    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+MODULES: Final = _modules()
 
 
-def _imports(package: str, source: str, known: Iterable[str]) -> Iterator[str]:
-    """The modules of ``known`` that ``source`` (a module of ``package``) imports, wherever
-    the import statement is."""
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name in known:
-                    yield alias.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                target = node.module or ""
-            if not target.startswith(ROOT):
-                continue
-            for alias in node.names:
-                submodule = f"{target}.{alias.name}"
-                yield submodule if submodule in known else target
+def _imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The package's modules ``node`` (in ``module``) imports, by dotted name."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = module.split(".") if is_package else module.split(".")[:-1]
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+        # ``from package import module`` imports the module; ``from module import name`` it
+        names = [
+            f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+            for alias in node.names
+        ]
+    out = []
+    for name in names:
+        while name not in MODULES and "." in name:
+            name = name.rsplit(".", 1)[0]
+        if name in MODULES and name.split(".")[0] == ROOT_NAME:
+            out.append(name)
+    return out
 
 
 def _graph() -> dict[str, set[str]]:
-    known = _modules()
-    return {
-        module: {
+    edges: dict[str, set[str]] = {}
+    for module, (path, is_package) in MODULES.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        edges[module] = {
             target
-            for target in _imports(_package_of(module, path), path.read_text(), known)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for target in _imported(module, is_package, node)
             if target != module
         }
-        for module, path in known.items()
-    }
+    return edges
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
-    """The strongly connected components with more than one module (Tarjan)."""
+GRAPH: Final = _graph()
+
+
+def _cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    found: list[frozenset[str]] = []
+    found: list[list[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in graph[node]:
+        for target in graph.get(node, ()):
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
             elif target in on_stack:
                 low[node] = min(low[node], index[target])
         if low[node] == index[node]:
-            component = set()
+            component = []
             while True:
                 member = stack.pop()
                 on_stack.discard(member)
-                component.add(member)
+                component.append(member)
                 if member == node:
                     break
             if len(component) > 1:
-                found.append(frozenset(component))
+                found.append(sorted(component))
 
     for node in sorted(graph):
         if node not in index:
@@ -150,70 +114,95 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
-def _inside(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
+def _node(module: str) -> str:
+    """The package-level node of ``module``: its subpackage, or itself if top-level."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _private_reaches(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    """Imports of a private module (or of anything under a private package) from outside
-    the package that holds it: ``a.b._c`` is ``a.b``'s own, for ``a.b`` and what is in it."""
-    reaches: set[tuple[str, str]] = set()
-    for importer, targets in graph.items():
+def _why(edges: Mapping[tuple[str, str], list[str]], cycle: list[str]) -> list[str]:
+    return [
+        f"{a} -> {b}: {', '.join(edges[(a, b)][:3])}"
+        for a in cycle
+        for b in cycle
+        if (a, b) in edges
+    ]
+
+
+def test_the_graph_sees_type_only_and_relative_imports() -> None:
+    # A sanity check on the reader itself, on imports known to exist.
+    assert "trio_batcher.settings" in GRAPH["trio_batcher.runtime"]
+    assert (
+        "trio_batcher.translation._common.turns"
+        in GRAPH["trio_batcher.translation.openai_chat._messages"]
+    )
+    assert "trio_batcher.pipeline.outcomes" in GRAPH["trio_batcher.pipeline.relay"]
+
+
+def test_no_import_cycle_between_the_packages() -> None:
+    edges: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    packages: dict[str, set[str]] = collections.defaultdict(set)
+    for module, targets in GRAPH.items():
         for target in targets:
-            parts = target.split(".")
-            for i, part in enumerate(parts):
-                owner = ".".join(parts[:i])
-                if part.startswith("_") and not _inside(importer, owner):
-                    reaches.add((importer, target))
-    return reaches
+            a, b = _node(module), _node(target)
+            if a != b and a != "__init__":  # the root package's face imports what it shows
+                packages[a].add(b)
+                edges[(a, b)].append(f"{module} imports {target}")
+    cycles = _cycles(packages)
+    assert not cycles, [_why(edges, cycle) for cycle in cycles]
 
 
-def test_the_import_reader_sees_every_kind_of_import() -> None:
-    source = """
-from typing import TYPE_CHECKING
-import trio_batcher.errors
-from . import sibling
-from ..other import _private, name
-if TYPE_CHECKING:
-    from .core import Thing
-def late() -> None:
-    from trio_batcher.deep.mod import x
-"""
-    known = {
-        "trio_batcher.errors",
-        "trio_batcher.pkg.sibling",
-        "trio_batcher.pkg.core",
-        "trio_batcher.other",
-        "trio_batcher.other._private",
-        "trio_batcher.deep.mod",
+@pytest.mark.parametrize(
+    "package", ["admission", "pipeline", "observatory", "translation", "upstream.resilience"]
+)
+def test_no_import_cycle_inside_the_package(package: str) -> None:
+    prefix = f"{ROOT_NAME}.{package}"
+    inside = {
+        module: {t for t in targets if t.startswith(prefix)}
+        for module, targets in GRAPH.items()
+        if module.startswith(prefix)
     }
-    assert set(_imports("trio_batcher.pkg", source, known)) == known
-    assert "trio_batcher.admission._dispatcher" in _graph()["trio_batcher.admission.dispatch"]
-    # The rules as stated: a private module is its package's, subpackages included.
-    assert _private_reaches({"a.x.m": {"a._y"}, "a.b.m": {"a.c._z", "a.b._w"}}) == {
-        ("a.b.m", "a.c._z")
-    }
-    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [frozenset({"a", "b"})]
-
-
-def test_no_import_cycle_in_admission_pipeline_observatory_or_resilience() -> None:
-    graph = _graph()
-    cycles = {
-        cycle
-        for cycle in _cycles(graph)
-        if any(_inside(module, package) for module in cycle for package in NO_CYCLES)
-    }
-    assert cycles <= ALLOWED_CYCLES, sorted(sorted(c) for c in cycles - ALLOWED_CYCLES)
+    edges = {(a, b): [f"{a} imports {b}"] for a, targets in inside.items() for b in targets}
+    cycles = _cycles(inside)
+    assert not cycles, [_why(edges, cycle) for cycle in cycles]
 
 
 def test_no_module_reaches_into_another_packages_private_module() -> None:
-    reaches = _private_reaches(_graph())
-    assert reaches <= ALLOWED_PRIVATE, sorted(reaches - ALLOWED_PRIVATE)
+    reaches = set()
+    for module, targets in GRAPH.items():
+        for target in targets:
+            parts = target.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:i])  # the package the private module belongs to
+                    if not (module == owner or module.startswith(f"{owner}.")):
+                        reaches.add((module, target))
+                    break
+    assert not reaches, sorted(reaches)
 
 
-def test_the_allow_lists_spare_admission_pipeline_and_resilience() -> None:
-    mine = ("trio_batcher.admission", "trio_batcher.pipeline", "trio_batcher.upstream.resilience")
-    allowed = {m for pair in ALLOWED_PRIVATE for m in pair} | {
-        m for cycle in ALLOWED_CYCLES for m in cycle
-    }
-    assert not [m for m in allowed if any(_inside(m, package) for package in mine)]
+def _bodies() -> dict[str, list[str]]:
+    """Where each function body is written: module-level functions of two statements or
+    more, methods of three or more (a docstring does not count)."""
+    where: dict[str, list[str]] = collections.defaultdict(list)
+    for module, (path, _) in MODULES.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        top_level = set(tree.body)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            body = node.body
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                body = body[1:]
+            if len(body) >= (2 if node in top_level else 3):
+                key = ast.dump(ast.Module(body=body, type_ignores=[]))
+                where[key].append(f"{module}.{node.name}")
+    return where
+
+
+def test_no_helper_is_written_twice() -> None:
+    # The copies this catches were the Chat and Responses turn builders, and the files,
+    # batches and input-items routes' own limit and JSON helpers.
+    copies = [names for names in _bodies().values() if len(names) > 1]
+    assert not copies, copies

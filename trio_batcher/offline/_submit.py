@@ -37,7 +37,7 @@ from ..translation.openai_batch import (
     duplicate_id,
     request_entry,
 )
-from ..translation.openai_batch._split import BODY_PREFIX, BODY_SUFFIX
+from ..translation.openai_batch import BODY_PREFIX, BODY_SUFFIX
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
 from ..upstream.file_body import FileBody

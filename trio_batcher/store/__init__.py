@@ -6,6 +6,7 @@ interface.
 
 from __future__ import annotations
 
+from ._sqlite import Database as Database
 from .batches import BatchConflict as BatchConflict
 from .batches import BatchPage as BatchPage
 from .batches import BatchRecord as BatchRecord
@@ -34,6 +35,7 @@ __all__ = [
     "BatchRecord",
     "BatchRequest",
     "BatchStore",
+    "Database",
     "FileNotFound",
     "FilePage",
     "FileRecord",

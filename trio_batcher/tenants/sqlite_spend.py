@@ -1,6 +1,6 @@
 """The embedded spend store: one SQLite file (``spend.sqlite3``) in the data directory.
 
-The connection every SQLite store here shares (``store._sqlite.Database``), for these reasons:
+The connection every SQLite store here shares (``store.Database``), for these reasons:
 each SQLite call runs in a worker thread (``trio.to_thread.run_sync``) behind a
 ``CapacityLimiter`` of one, so the event loop never blocks and there is one statement at a
 time on one connection; a call is not abandoned when its caller is cancelled, so an
@@ -23,7 +23,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final, TypeVar, final
 
-from ..store._sqlite import Database
+from ..store import Database
 from .model import BudgetPeriod, hour_of
 from .spend import NANO, nano_usd
 

@@ -31,6 +31,8 @@ from ._output import IdFactory as IdFactory
 from ._output import OutputKind as OutputKind
 from ._output import new_id as new_id
 from ._output import output_line as output_line
+from ._split import BODY_PREFIX as BODY_PREFIX
+from ._split import BODY_SUFFIX as BODY_SUFFIX
 from ._split import MAX_BATCH_BYTES as MAX_BATCH_BYTES
 from ._split import MAX_BATCH_REQUESTS as MAX_BATCH_REQUESTS
 from ._split import PlannedBatch as PlannedBatch
@@ -48,6 +50,8 @@ __all__ = [
     "ANTHROPIC_CUSTOM_ID",
     "BATCH_CANCELLED",
     "BATCH_EXPIRED",
+    "BODY_PREFIX",
+    "BODY_SUFFIX",
     "CHAT_ENDPOINT",
     "ENDPOINTS",
     "MAX_BATCH_BYTES",
