@@ -27,6 +27,8 @@ import trio
 from ..errors import ProxyError
 from ..store import BatchRecord, BatchRequest, BatchStore, FileStore, UpstreamBatch
 from ..translation.openai_batch import (
+    BODY_PREFIX,
+    BODY_SUFFIX,
     MAX_BATCH_BYTES,
     MAX_BATCH_REQUESTS,
     MAX_FILE_LINES,
@@ -37,7 +39,6 @@ from ..translation.openai_batch import (
     duplicate_id,
     request_entry,
 )
-from ..translation.openai_batch import BODY_PREFIX, BODY_SUFFIX
 from ..translation.openai_chat import TranslationOptions
 from ..upstream.batches import MessageBatchesClient
 from ..upstream.file_body import FileBody
