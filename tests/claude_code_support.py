@@ -214,6 +214,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+METRICS_TOKEN: Final = "mt-claude-code-tests"
+
+
 @dataclass
 class Gateway:
     url: str
@@ -222,8 +225,9 @@ class Gateway:
     log: Path
 
     def metrics(self) -> dict[str, Any]:
+        """The whole view (``by_surface``): the client key would read its tenant's only."""
         reply = httpx2.get(
-            f"{self.url}/metrics", headers={"Authorization": f"Bearer {self.key}"}, timeout=10
+            f"{self.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10
         )
         assert reply.status_code == 200, reply.text
         data: dict[str, Any] = reply.json()
@@ -239,7 +243,7 @@ def running_gateway(key: str, workdir: Path, *extra_args: str) -> Iterator[Gatew
     with SIGTERM afterwards (and checked to have exited cleanly)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
-    env.update(PROXY_API_KEYS=key, METRICS_ENABLED="1")
+    env.update(PROXY_API_KEYS=key, METRICS_ENABLED="1", METRICS_TOKEN=METRICS_TOKEN)
     args = [sys.executable, "-m", "trio_batcher", "serve", "--simulate", "--port", str(port)]
     log = workdir / "gateway.log"
     # A file, not a pipe: nobody reads the log while the tests run, and a full pipe would

@@ -146,7 +146,7 @@ class Gateway:
     url: str
     sim_url: str
     http: httpx2.AsyncClient
-    auth: dict[str, str] = field(default_factory=dict)  # for /metrics, under PROXY_API_KEYS
+    auth: dict[str, str] = field(default_factory=dict)  # for /metrics: METRICS_TOKEN
     seen: int = 0  # the newest simulator log entry already attributed to a request
 
     async def new_upstream_entries(self) -> list[dict[str, Any]]:
@@ -275,14 +275,17 @@ def exchange_from_raw(
 async def gateway(config: SimulatorConfig | None = None, **changes: Any) -> AsyncIterator[Gateway]:
     async with (
         proxy_and_simulator(
-            config, **{"metrics_enabled": True, "upstream_max_retries": 0, **changes}
+            config,
+            **{
+                "metrics_enabled": True,
+                "upstream_max_retries": 0,
+                "metrics_token": "mt-fuzz",  # the whole view: a client key reads its own only
+                **changes,
+            },
         ) as (url, sim),
         httpx2.AsyncClient(timeout=EXCHANGE_TIMEOUT) as http,
     ):
-        keys = changes.get("proxy_api_keys")
-        gw = Gateway(
-            url, sim.url, http, auth={"authorization": f"Bearer {keys[0]}"} if keys else {}
-        )
+        gw = Gateway(url, sim.url, http, auth={"authorization": "Bearer mt-fuzz"})
         await gw.new_upstream_entries()
         yield gw
         await assert_observatory_works(gw, gw.auth)

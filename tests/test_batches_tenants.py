@@ -30,14 +30,19 @@ async def test_a_batch_counts_against_its_tenants_budget_and_shows_in_its_metric
     path = _tenants_file(tmp_path, **{"capped": {"budget_usd": 0.0002}})
     async with running_simulator(SimulatorConfig(reply_tokens=4)) as sim:
         settings = proxy_settings(
-            sim, tenants_file=str(path), data_dir=str(tmp_path / "d"), metrics_enabled=True
+            sim,
+            tenants_file=str(path),
+            data_dir=str(tmp_path / "d"),
+            metrics_enabled=True,
+            metrics_token="mt-operator",
         )
         async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
             client = openai_client(url, api_key=KEYS["capped"])
             content = b"".join(line(f"n{i}", i) for i in range(10))
             batch = await until_final(client, (await create(client, content)).id)
             assert batch.status == "completed" and batch.request_counts.completed == 10
-            snapshot = (await http.get(f"{url}/metrics", headers=_auth("team-a"))).json()
+            operator = {"Authorization": "Bearer mt-operator"}  # the whole view: by_surface
+            snapshot = (await http.get(f"{url}/metrics", headers=operator)).json()
             refused = await http.post(
                 f"{url}/v1/chat/completions", json=_chat("after"), headers=_auth("capped")
             )

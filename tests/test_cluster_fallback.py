@@ -24,9 +24,9 @@ from trio_batcher.cluster import (
 
 @pytest.mark.parametrize(
     ("cap", "instances", "share"),
-    [(8, 1, 8), (8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 20, 1), (1, 4, 1), (8, 0, 8)],
+    [(8, 1, 8), (8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 20, 1), (1, 4, 1), (8, 0, 0)],
 )
-def test_fallback_share_divides_the_cap_and_keeps_at_least_one(
+def test_fallback_share_divides_the_cap_keeps_at_least_one_and_none_without_a_count(
     cap: int, instances: int, share: int
 ) -> None:
     assert fallback_share(cap, instances) == share

@@ -25,6 +25,8 @@ import trio
 from cluster_process_support import (
     CAP,
     InFlight,
+    chat_body,
+    cluster_env,
     http_client,
     in_flight_steps,
     post_chat,
@@ -34,8 +36,10 @@ from cluster_process_support import (
     upstream_calls,
 )
 from redis_support import RedisServer, running_redis
+from support import SIM_KEY, running_proxy
 
-from trio_batcher.bench.processes import ProxyServer, SimServer
+from trio_batcher import Settings
+from trio_batcher.bench.processes import ProxyServer, SimServer, running_stack
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unclosed <MemoryObject:ResourceWarning")
 
@@ -343,3 +347,113 @@ def _describe(peaks: list[InFlight], marks: dict[str, float]) -> str:
         when = ", ".join(f"{peak.at - at:+.2f} s from the {name}" for name, at in marks.items())
         described.append(f"{peak.total} ({callers}) at {when}")
     return "; ".join(described)
+
+
+START_CAP = 4
+
+
+async def test_a_gateway_started_while_redis_is_down_never_takes_the_cap(
+    own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Two gateways, cap 4: ``a`` (a process) runs with Redis and fills the cap; Redis
+    stops; ``b`` starts while it is down (in this process) and is loaded too; Redis comes
+    back. The calls in flight at the upstream, sampled there every 25 ms and replayed from
+    its traces, never exceed 4; ``b`` calls nothing before Redis answers, and serves after."""
+    # The default lease TTL (5 s): ``b`` runs in this process beside 16 clients and the
+    # sampler, and a stall of its loop past a short TTL would lose it a lease (a separate
+    # mechanism, ``leases_lost``, not what this test is about).
+    env = cluster_env(own_redis.url, BATCH_MAX_CONCURRENCY=str(START_CAP), REDIS_TIMEOUT_S="0.5")
+    async with (
+        running_stack(["--ttft-ms", "300"], {"a": env}, tmp_path / "logs") as stack,
+        http_client() as http,
+    ):
+        a, sim = stack.proxies["a"], stack.sim
+        with trio.fail_after(10):
+            await until(lambda: _mode_is(a, "shared"))
+        await sim.reset()
+        sampled: list[int] = []
+        statuses: dict[str, list[int]] = {"a": [], "b": []}
+
+        async def sample() -> None:
+            while True:
+                sampled.append(int((await sim.stats())["in_flight"]))
+                await trio.sleep(0.025)
+
+        async def client(url: str, caller: str, i: int, stop: trio.Event) -> None:
+            n = 0
+            while not stop.is_set():  # a request is finished, never cut: see below
+                body = chat_body(tagged(caller, f"client {i}, {n}"))
+                reply = await http.post(f"{url}/v1/chat/completions", json=body)
+                statuses[caller].append(reply.status_code)
+                n += 1
+
+        # Clients stop between requests rather than being cancelled: a proxy frees the slot
+        # of a call whose client left at once, before the upstream notices the call end.
+        stop = trio.Event()
+        async with trio.open_nursery() as sampler:
+            sampler.start_soon(sample)
+            async with trio.open_nursery() as a_clients:
+                for i in range(8):
+                    a_clients.start_soon(client, a.url, "a", i, stop)
+                with trio.fail_after(10):
+                    await until(lambda: _in_flight_is(sim, START_CAP))
+                stopped_at = time.monotonic()
+                await own_redis.astop()
+                with trio.fail_after(10):
+                    await until(lambda: _mode_is(a, "fallback"))
+                b_settings = Settings(
+                    anthropic_base_url=sim.url,
+                    anthropic_api_key=SIM_KEY,
+                    metrics_enabled=True,
+                    batch_enabled=True,
+                    batch_max_concurrency=START_CAP,
+                    batch_max_wait_ms=1,
+                    upstream_max_retries=0,
+                    redis_url=own_redis.url,
+                    redis_key_prefix=env["REDIS_KEY_PREFIX"],
+                    redis_timeout_s=0.5,
+                    data_dir=str(tmp_path / "b-data"),
+                )
+                async with running_proxy(b_settings) as b_url:
+                    b_cluster = (await http.get(f"{b_url}/metrics")).json()["cluster"]
+                    assert b_cluster["mode"] == "fallback"
+                    assert b_cluster["instances_alive"] is None  # never counted
+                    async with trio.open_nursery() as b_clients:
+                        for i in range(8):
+                            b_clients.start_soon(client, b_url, "b", i, stop)
+                        await trio.sleep(4)  # the outage, both loaded
+                        b_during = [c for c in await upstream_calls(sim) if c.caller == "b"]
+                        restarted_at = time.monotonic()
+                        await own_redis.astart()
+                        with trio.fail_after(15):  # a probe a second finds Redis again
+                            await until(lambda: _mode_is(a, "shared"))
+                            await until(lambda: _url_mode_is(http, b_url, "shared"))
+                        await trio.sleep(4)  # shared again: both rejoined, b takes leases
+                        stop.set()
+                    b_lost = (await http.get(f"{b_url}/metrics")).json()["cluster"]["leases_lost"]
+            lost = {"a": (await _cluster(a))["leases_lost"], "b": b_lost}
+            sampler.cancel_scope.cancel()
+        calls = await upstream_calls(sim)
+
+    assert b_during == []  # no share before it has ever counted the instances
+    assert any(c.caller == "b" for c in calls), "b never served after Redis came back"
+    assert all(s < 500 for s in statuses["a"] + statuses["b"])
+    assert len(sampled) > 200 and max(sampled) <= START_CAP, max(sampled)
+    steps = in_flight_steps(calls)
+    over = [s for s in steps if s.total > START_CAP]
+    assert not over, (
+        _describe(over[:5], {"stop": stopped_at, "restart": restarted_at})
+        + f"; leases lost: {lost}"
+    )
+
+
+async def _mode_is(proxy: ProxyServer, mode: str) -> bool:
+    return bool((await _cluster(proxy))["mode"] == mode)
+
+
+async def _url_mode_is(http: httpx2.AsyncClient, url: str, mode: str) -> bool:
+    return bool((await http.get(f"{url}/metrics")).json()["cluster"]["mode"] == mode)
+
+
+async def _in_flight_is(sim: SimServer, n: int) -> bool:
+    return bool((await sim.stats())["in_flight"] == n)

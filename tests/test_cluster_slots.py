@@ -225,3 +225,173 @@ async def test_the_settling_time_is_this_instances_longest_recent_call(
     started = trio.current_time()
     await s.acquire("a")  # nothing until their calls (as long as ours, 2 s) are over
     assert trio.current_time() - started == pytest.approx(2.0)
+
+
+# -- an instance that starts while Redis is down ---------------------------------------------
+
+
+class NeverCounted(FakeRegistry):
+    last_seen_alive = 0  # Redis has not answered once: no count of the instances
+
+
+async def test_an_instance_that_never_saw_redis_calls_nothing_until_it_answers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sem = FakeSemaphore(capacity=4)
+    sem.down = True
+    fallback = FallbackState()
+    s = ClusterSlots(
+        sem,  # type: ignore[arg-type]
+        fallback,
+        NeverCounted(),  # type: ignore[arg-type]
+        Resilience(),
+        rejoin_s=3.0,
+    )
+    fallback.report_failure(ClusterUnavailable("no answer from Redis at start"))
+    granted: list[float] = []
+
+    async def take(h: str) -> None:
+        await s.acquire(h)
+        granted.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(take, f"h{i}")
+        await trio.sleep(60)  # past any settling time: the share is still 0, and no spin
+        assert granted == [] and s.held_locally == 0
+        sem.down = False
+        fallback.report_success()  # the probe found Redis
+    # Leases, once the others have had the rejoin time to put their local calls back.
+    assert granted == [63.0, 63.0, 63.0] and len(sem.held) == 3
+
+
+class SharedRedis:
+    """One Redis for several fake instances: a lease semaphore of ``capacity``."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.down = False
+        self.holders: dict[str, str] = {}  # member -> instance
+        self.expired_while_down: set[str] = set()
+
+    def come_back(self) -> None:
+        """Up again; the leases released while it was down have expired meanwhile."""
+        for member in self.expired_while_down:
+            self.holders.pop(member, None)
+        self.expired_while_down.clear()
+        self.down = False
+
+
+class InstanceView:
+    """``LeaseSemaphore`` as one instance sees the shared fake."""
+
+    def __init__(self, redis: SharedRedis, instance: str) -> None:
+        self.redis = redis
+        self.instance = instance
+        self.others_seen = 0
+
+    @property
+    def seen_capacity(self) -> int:
+        return self.redis.capacity
+
+    @property
+    def held_count(self) -> int:
+        return sum(1 for owner in self.redis.holders.values() if owner == self.instance)
+
+    def _member(self, holder: str) -> str:
+        return f"{self.instance}/{holder}"
+
+    def adopt(self, holders: set[str]) -> None:
+        for holder in holders:
+            self.redis.holders[self._member(holder)] = self.instance
+
+    async def renew(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.redis.down:
+            raise ClusterUnavailable("down")
+
+    async def acquire(self, holder: str, *, scope: str | None = None) -> Grant:
+        while True:
+            await trio.sleep(0.02)  # a round trip
+            if self.redis.down:
+                raise ClusterUnavailable("down")
+            in_flight = len(self.redis.holders)
+            self.others_seen = in_flight - self.held_count
+            if in_flight < self.redis.capacity:
+                self.redis.holders[self._member(holder)] = self.instance
+                return Grant(in_flight + 1, CooldownView(0.0, None))
+
+    async def release(self, holder: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.redis.down:
+            self.redis.expired_while_down.add(self._member(holder))
+            raise ClusterUnavailable("down")
+        self.redis.holders.pop(self._member(holder), None)
+
+
+async def test_two_instances_one_started_during_the_outage_never_pass_the_cap(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A runs alone with Redis (it counts 1 instance, so its share is the whole cap of 4);
+    Redis goes down, and B starts during the outage; Redis comes back and both rejoin.
+    Both are asked for 6 concurrent calls throughout; the calls in flight, sampled at every
+    change, never exceed 4."""
+    redis = SharedRedis(capacity=4)
+    in_flight = peak = 0
+    served = {"a": 0, "b": 0}
+
+    def instance(name: str, registry: FakeRegistry) -> tuple[ClusterSlots, FallbackState]:
+        fallback = FallbackState()
+        slots = ClusterSlots(
+            InstanceView(redis, name),  # type: ignore[arg-type]
+            fallback,
+            registry,  # type: ignore[arg-type]
+            Resilience(),
+            rejoin_s=2.5,
+            settle_default_s=5.0,
+            settle_max_s=30.0,
+        )
+        return slots, fallback
+
+    class Alone(FakeRegistry):
+        last_seen_alive = 1
+
+    async def caller(name: str, slots: ClusterSlots) -> None:
+        nonlocal in_flight, peak
+        while True:
+            holder = slots.new_holder()
+            await slots.acquire(holder)
+            in_flight += 1
+            peak = max(peak, in_flight)
+            served[name] += 1
+            try:
+                await trio.sleep(0.7)  # the upstream call
+            finally:
+                in_flight -= 1
+                await slots.release(holder)
+
+    a, a_mode = instance("a", Alone())
+    b, b_mode = instance("b", NeverCounted())
+    async with trio.open_nursery() as nursery:
+        for _ in range(6):
+            nursery.start_soon(caller, "a", a)
+        await trio.sleep(3)
+        assert in_flight == 4 and a_mode.shared
+        redis.down = True  # A's next round trip fails: it falls back, to its whole cap
+        await trio.sleep(1)
+        assert not a_mode.shared
+        b_mode.report_failure(ClusterUnavailable("no answer from Redis at start"))
+        for _ in range(6):
+            nursery.start_soon(caller, "b", b)
+        await trio.sleep(14)  # the outage
+        assert served["b"] == 0
+        redis.come_back()
+        a_mode.report_success()  # each probe finds Redis, a moment apart
+        await a.rejoin()
+        await trio.sleep(0.5)
+        b_mode.report_success()
+        await b.rejoin()
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert peak == 4
+    assert served["b"] > 0  # B serves once Redis has answered

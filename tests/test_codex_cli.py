@@ -100,7 +100,9 @@ async def _codex_exec(
     upstream received, and what the proxy counted on the Responses surface.
     """
     async with (
-        proxy_and_simulator(proxy_api_keys=(KEY,), metrics_enabled=True) as (url, sim),
+        proxy_and_simulator(
+            proxy_api_keys=(KEY,), metrics_enabled=True, metrics_token="mt-codex"
+        ) as (url, sim),
         recording_relay(url) as (relay_url, relay),
     ):
         write_config(workdir / "home", f"{relay_url}/v1", MODEL)
@@ -118,7 +120,7 @@ async def _codex_exec(
         upstream = await _upstream_bodies(sim)
         async with httpx2.AsyncClient() as http:
             metrics = (
-                await http.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"})
+                await http.get(f"{url}/metrics", headers={"Authorization": "Bearer mt-codex"})
             ).json()
     counted = metrics["by_surface"][SURFACE]["requests"]
     return finished, list(relay.exchanges), upstream, counted

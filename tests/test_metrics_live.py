@@ -163,7 +163,12 @@ async def test_the_default_model_alias_is_counted_and_priced_as_the_model_called
 
 
 async def test_requests_refused_for_bad_input_or_a_missing_key_are_counted() -> None:
-    changes = {"metrics_enabled": True, "max_body_bytes": 2000, "proxy_api_keys": ("k1",)}
+    changes = {
+        "metrics_enabled": True,
+        "max_body_bytes": 2000,
+        "proxy_api_keys": ("k1",),
+        "metrics_token": "mt",  # the whole view: the 401 is no tenant's
+    }
     async with (
         proxy_and_simulator(**changes) as (url, sim),
         httpx2.AsyncClient(timeout=30, headers={"authorization": "Bearer k1"}) as http,
@@ -176,7 +181,7 @@ async def test_requests_refused_for_bad_input_or_a_missing_key_are_counted() -> 
         keyless = await http.post(chat, json=_body("hi"), headers={"authorization": ""})
         assert keyless.status_code == 401
         assert (await http.post(chat, json=_body("ok"))).status_code == 200
-        metrics = (await http.get(f"{url}/metrics")).json()
+        metrics = (await http.get(f"{url}/metrics", headers={"authorization": "Bearer mt"})).json()
         assert metrics["requests"]["by_status"] == {"200": 1, "400": 2, "401": 1, "413": 1}
         assert metrics["requests"]["error"] == 4
         # Refused requests never spend the registry's per-model entries on unchecked names.

@@ -1,20 +1,25 @@
 """The registry per tenant (``by_tenant``): bounded names, one ``(other)`` entry for every
 unknown or absent tenant, shedding by reason, cost priced as ``by_model`` prices it, and the
-timing split over the same bounded window."""
+timing split over the same bounded window; and over loopback, that a tenant's key reads
+only its own figures (``METRICS_TOKEN`` the whole view)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support import proxy_settings, running_proxy, running_simulator
 
 from trio_batcher.observatory.metrics import OTHER_TENANTS, Gauges, MetricsRegistry, Timing
 from trio_batcher.observatory.pricing import PriceTable, TokenUsage, load_pricing
 from trio_batcher.observatory.prometheus import PrometheusExporter
+from trio_batcher.tenants import hash_key
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-3-5-haiku-latest"
@@ -340,3 +345,156 @@ def test_a_batchs_usage_is_its_tenants_at_the_batch_price_without_latency_sample
     assert series["trio_batcher_tenant_cost_usd_total", (("tenant", "team-a"),)] == pytest.approx(
         float(standard * half), rel=1e-12
     )
+
+
+# -- each tenant sees only itself, over loopback ---------------------------------------------
+
+KEYS = {"team-a": "tb-key-of-team-a-0123456789", "team-b": "tb-key-of-team-b-9876543210"}
+GATEWAY_WIDE = {"concurrency", "gc", "windows", "by_model", "by_surface", "upstream", "cluster"}
+
+
+def _tenants_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tenants.toml"
+    path.write_text(
+        f'[[tenant]]\nname = "team-a"\nkey_sha256 = ["{hash_key(KEYS["team-a"])}"]\n'
+        'models = ["claude-haiku-*"]\n\n'
+        f'[[tenant]]\nname = "team-b"\nkey_sha256 = ["{hash_key(KEYS["team-b"])}"]\n'
+    )
+    return path
+
+
+def _as(tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[tenant]}"}
+
+
+def _chat(model: str, text: str = "hi") -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+async def _traffic(http: httpx2.AsyncClient, url: str) -> None:
+    """team-a: two answered, one refused at the door (400), one model it may not use (403);
+    team-b: five answered, with longer prompts."""
+    chat = f"{url}/v1/chat/completions"
+    for _ in range(2):
+        reply = await http.post(chat, json=_chat("claude-haiku-4-5"), headers=_as("team-a"))
+        assert reply.status_code == 200
+    bad = {**_chat("claude-haiku-4-5"), "n": 2}
+    assert (await http.post(chat, json=bad, headers=_as("team-a"))).status_code == 400
+    refused = await http.post(chat, json=_chat("claude-sonnet-5-5"), headers=_as("team-a"))
+    assert refused.status_code == 403
+    for i in range(5):
+        reply = await http.post(chat, json=_chat(HAIKU, "b " * (50 + i)), headers=_as("team-b"))
+        assert reply.status_code == 200
+
+
+def _series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _assert_only_team_a(document: dict[str, Any], text: str, prometheus: str) -> None:
+    assert document["view"] == "tenant" and document["tenant"] == "team-a"
+    assert list(document["by_tenant"]) == ["team-a"]
+    assert not GATEWAY_WIDE & set(document), "a gateway-wide figure counts other tenants"
+    assert "batches" not in document
+    assert "team-b" not in text and "(other)" not in text
+    # Its own figures, in the sections a dashboard reads: the refused 400 is its own too.
+    a = document["by_tenant"]["team-a"]
+    assert document["requests"] == a["requests"]
+    assert a["requests"]["by_status"] == {"200": 2, "400": 1}
+    assert (
+        document["rejected"]
+        == a["shed"]
+        == {
+            "total": 1,
+            "by_reason": {"model_not_allowed": 1},
+        }
+    )
+    assert document["tokens"]["input"] == a["tokens"]["input"] > 0
+    assert document["cost"]["estimated_cost_usd"] == a["estimated_cost_usd"] > 0
+    assert document["latency"]["sample_count"] == 3
+    series = _series(prometheus)
+    assert "team-b" not in prometheus and 'tenant="(other)"' not in prometheus
+    assert {name for name, _ in series} - {"trio_batcher_start_time_seconds"} <= {
+        name for name, _ in series if name.startswith("trio_batcher_tenant_")
+    }
+    assert all(dict(labels).get("tenant") in (None, "team-a") for _, labels in series)
+    assert series["trio_batcher_tenant_requests_total", (("status", "400"), ("tenant", "team-a"))]
+    assert (
+        series[
+            "trio_batcher_tenant_rejected_total",
+            (("reason", "model_not_allowed"), ("tenant", "team-a")),
+        ]
+        == 1
+    )
+
+
+async def test_a_tenants_key_reads_only_its_own_metrics_and_prometheus(tmp_path: Path) -> None:
+    async with running_simulator() as sim:
+        settings = proxy_settings(
+            sim, tenants_file=str(_tenants_file(tmp_path)), metrics_enabled=True
+        )
+        async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
+            await _traffic(http, url)
+            own = await http.get(f"{url}/metrics", headers=_as("team-a"))
+            scrape = await http.get(f"{url}/metrics/prometheus", headers=_as("team-a"))
+            b = (await http.get(f"{url}/metrics", headers=_as("team-b"))).json()
+            nobody = await http.get(f"{url}/metrics")
+    assert own.status_code == scrape.status_code == 200
+    _assert_only_team_a(own.json(), own.text, scrape.text)
+    assert list(b["by_tenant"]) == ["team-b"] and b["requests"]["total"] == 5
+    assert b["rejected"]["total"] == 0
+    assert nobody.status_code == 401
+    assert "METRICS_TOKEN" not in nobody.json()["error"]["message"]  # none is set
+
+
+async def test_metrics_token_opens_the_whole_view_and_a_tenants_key_still_its_own(
+    tmp_path: Path,
+) -> None:
+    async with running_simulator() as sim:
+        settings = proxy_settings(
+            sim,
+            tenants_file=str(_tenants_file(tmp_path)),
+            metrics_enabled=True,
+            metrics_token="mt-operator",
+        )
+        async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
+            await _traffic(http, url)
+            operator = {"Authorization": "Bearer mt-operator"}
+            whole = (await http.get(f"{url}/metrics", headers=operator)).json()
+            whole_scrape = (await http.get(f"{url}/metrics/prometheus", headers=operator)).text
+            own = await http.get(f"{url}/metrics", headers=_as("team-a"))
+            scrape = await http.get(f"{url}/metrics/prometheus", headers=_as("team-a"))
+            wrong = await http.get(f"{url}/metrics", headers={"Authorization": "Bearer nope"})
+    assert whole["view"] == "gateway"
+    assert {"team-a", "team-b"} <= set(whole["by_tenant"]) and set(whole) >= GATEWAY_WIDE
+    assert whole["requests"]["total"] == 8
+    assert 'tenant="team-b"' in whole_scrape
+    _assert_only_team_a(own.json(), own.text, scrape.text)
+    assert wrong.status_code == 401 and "METRICS_TOKEN" in wrong.json()["error"]["message"]
+
+
+async def test_without_client_keys_everyone_reads_the_whole_view() -> None:
+    async with running_simulator() as sim:
+        settings = proxy_settings(sim, metrics_enabled=True)
+        async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
+            reply = await http.post(f"{url}/v1/chat/completions", json=_chat(HAIKU))
+            assert reply.status_code == 200
+            whole = (await http.get(f"{url}/metrics")).json()
+    assert whole["view"] == "gateway" and set(whole) >= GATEWAY_WIDE
+    assert whole["requests"]["total"] == 1
+
+
+def test_a_tenant_view_without_traffic_is_zero_and_never_another_entry(
+    registry: MetricsRegistry,
+) -> None:
+    registry.record_success(SONNET, usage(10, 10), Timing(total=0.1), tenant="team-b")
+    registry.record_rejected("queue_full")
+    view = registry.tenant_snapshot("team-a")
+    assert view["requests"]["total"] == 0 and view["rejected"]["total"] == 0
+    assert list(view["by_tenant"]) == ["team-a"]
+    assert registry.tenant_snapshot(OTHER_TENANTS)["rejected"]["total"] == 0
+    assert "team-a" not in registry.snapshot()["by_tenant"]  # asking created no entry

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 import trio
@@ -168,7 +169,32 @@ async def test_the_gateway_lists_what_the_upstream_lists() -> None:
 
 async def test_without_a_usable_upstream_list_the_bundled_one_is_served() -> None:
     keyed = SimulatorConfig(api_keys=frozenset({"the-simulators-key"}))
-    async with proxy_and_simulator(keyed, default_model="claude-sonnet-5") as (url, _sim):
+    async with proxy_and_simulator(keyed, default_model="claude-opus-5-5") as (url, _sim):
         client = openai_client(url)
         ids = [m.id async for m in client.models.list()]
         assert ids == [model_id for model_id, _ in KNOWN_MODELS]
+
+
+@pytest.mark.parametrize("upstream_lists", [True, False], ids=["upstream_list", "bundled_list"])
+async def test_claude_codes_default_model_is_listed_and_priced(upstream_lists: bool) -> None:
+    # Claude Code 2.1.328 asks for claude-opus-5-5 unless told otherwise; a keyed simulator
+    # refuses the gateway's list request, so the bundled list answers instead.
+    config = None if upstream_lists else SimulatorConfig(api_keys=frozenset({"sim-key"}))
+    async with proxy_and_simulator(config, metrics_enabled=True) as (url, _sim):
+        client = openai_client(url)
+        ids = [m.id async for m in client.models.list()]
+        assert "claude-opus-5-5" in ids
+        assert ids[0] == "claude-sonnet-5-5"  # DEFAULT_MODEL, first: a current model too
+        if upstream_lists:
+            reply = await client.chat.completions.create(
+                model="claude-opus-5-5", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert reply.usage is not None
+            async with httpx2.AsyncClient() as http:
+                metrics = (await http.get(f"{url}/metrics")).json()
+            opus = metrics["by_model"]["claude-opus-5-5"]
+            assert opus["priced"] is True and metrics["cost"]["estimate_complete"] is True
+            # $4 per million input tokens, $20 per million output (Claude Code's own table)
+            expected = (opus["input_tokens"] * 4 + opus["output_tokens"] * 20) / 1_000_000
+            assert opus["cost_usd"] == pytest.approx(expected, rel=1e-9)
+            assert expected > 0

@@ -32,6 +32,16 @@ WIRE_PRICES = {
     "claude-3-haiku": ("0.25", "0.30", "0.50", "0.03", "1.25"),
 }
 
+# The rows the pricing page did not give yet: the pricing tiers of the model catalog bundled
+# in Claude Code 2.1.328 (read 2026-12), whose default model is claude-opus-5-5.
+CLAUDE_CODE_PRICES = {
+    "claude-opus-5-5": ("4", "5", "8", "0.20", "20"),
+    "claude-sonnet-5-5": ("2", "2.50", "4", "0.10", "10"),
+    "claude-haiku-5-5": ("0.10", "0.125", "0.20", "0.01", "0.50"),
+    "claude-fable-5-2": ("8", "10", "16", "0.20", "40"),
+    "claude-mythos-5": ("10", "12.50", "20", "1", "50"),
+}
+
 MILLION = 1_000_000
 
 
@@ -40,9 +50,10 @@ def table() -> PriceTable:
     return load_pricing(None)
 
 
-@pytest.mark.parametrize("family", sorted(WIRE_PRICES))
+@pytest.mark.parametrize("family", sorted(WIRE_PRICES | CLAUDE_CODE_PRICES))
 def test_bundled_table_has_every_wire_price_row(table: PriceTable, family: str) -> None:
-    inp, write_5m, write_1h, read, out = (Decimal(v) for v in WIRE_PRICES[family])
+    prices = (WIRE_PRICES | CLAUDE_CODE_PRICES)[family]
+    inp, write_5m, write_1h, read, out = (Decimal(v) for v in prices)
     assert table.families[family] == ModelPrice(
         input=inp, output=out, cache_write_5m=write_5m, cache_write_1h=write_1h, cache_read=read
     )
@@ -72,6 +83,10 @@ def test_bundled_table_says_where_its_prices_come_from(table: PriceTable) -> Non
         ("claude-haiku-4-5", "claude-haiku-4-5"),
         ("Claude-Sonnet-4-5", "claude-sonnet-4-5"),
         ("claude-opus-4-5@20251101", "claude-opus-4-5"),
+        ("claude-opus-5-5", "claude-opus-5-5"),  # not claude-opus-5: another version
+        ("claude-opus-5", "claude-opus-5"),
+        ("claude-sonnet-5-5", "claude-sonnet-5-5"),
+        ("claude-haiku-5-5", "claude-haiku-5-5"),
     ],
 )
 def test_model_names_resolve_to_the_longest_matching_family(

@@ -20,7 +20,7 @@ ANTHROPIC_VERSIONS: Final = ("2023-06-01", "2026-10-21")
 def model_name(raw: str) -> str:
     value = raw.strip()
     if not value:
-        raise ValueError("must name a model (e.g. claude-sonnet-4-5)")
+        raise ValueError("must name a model (e.g. claude-sonnet-5-5)")
     if not value.isprintable() or any(c.isspace() for c in value):
         raise ValueError("must be a model id: no spaces or control characters")
     return value

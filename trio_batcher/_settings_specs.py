@@ -59,7 +59,7 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "DEFAULT_MODEL",
         "default_model",
         parsers.model_name,
-        "claude-sonnet-4-5",
+        "claude-sonnet-5-5",
         'Model used when a request asks for model "default"; listed first by /v1/models.',
     ),
     SettingSpec(

@@ -412,52 +412,74 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             raise _metrics_disabled()
         return await visual_file("observability.html")
 
-    def _metrics_allowed() -> bool:
-        token = _client_key()
-        if settings.metrics_token:
-            return key_matches(token, (settings.metrics_token,))
+    def _metrics_viewer() -> str | None:
+        """Whose metrics the request may read: None for the whole view, else a tenant name.
+
+        ``METRICS_TOKEN`` opens the whole view. Without client keys (a single-user gateway)
+        so does every request, unless a token is set. With keys, a client key opens its
+        own tenant's view (``observatory.tenant_view``), whether or not a token is set:
+        never another tenant's figures, nor totals that include them.
+        """
+        key = _client_key()
+        token = settings.metrics_token
+        if token and key_matches(key, (token,)):
+            return None
         directory = tenants.directory
         if directory.auth_required:
-            return directory.lookup(token) is not None
-        return True
+            found = directory.lookup(key)
+            if found is not None:
+                return found.name
+        elif not token:
+            return None
+        if directory.auth_required:
+            needed = "a client key (PROXY_API_KEYS or TENANTS_FILE): its tenant's own view" + (
+                "; or METRICS_TOKEN: the whole view" if token else ""
+            )
+        else:
+            needed = "METRICS_TOKEN"
+        raise ProxyError(
+            401,
+            f"The metrics endpoints need 'Authorization: Bearer <{needed}>'.",
+            type="authentication_error",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
     def _metrics_disabled() -> ProxyError:
         return ProxyError(
             404, "Metrics are not enabled (set METRICS_ENABLED=1).", code="metrics_disabled"
         )
 
-    def _metrics_runtime() -> Runtime:
+    def _metrics_runtime() -> tuple[Runtime, str | None]:
         rt = runtime()
         if rt.metrics is None:
             raise _metrics_disabled()
-        if not _metrics_allowed():
-            needed = "METRICS_TOKEN" if settings.metrics_token else "one of PROXY_API_KEYS"
-            raise ProxyError(
-                401,
-                f"The metrics endpoints need 'Authorization: Bearer <{needed}>'.",
-                type="authentication_error",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return rt
+        return rt, _metrics_viewer()
 
     @app.get("/metrics")
     async def metrics_json() -> Response:
-        rt = _metrics_runtime()
+        rt, tenant = _metrics_runtime()
         assert rt.metrics is not None
-        snapshot = rt.metrics.snapshot(rt.gauges())
+        no_store = {"Cache-Control": "no-store"}
+        if tenant is not None:
+            return json_response(rt.metrics.tenant_snapshot(tenant), headers=no_store)
+        snapshot = {"view": "gateway", **rt.metrics.snapshot(rt.gauges())}
         snapshot["upstream"] = rt.upstream_statistics()
         snapshot["cluster"] = rt.cluster_statistics()
         if (counted := await batch_status.refresh()) is not None:
             snapshot["batches"] = counted
-        return json_response(snapshot, headers={"Cache-Control": "no-store"})
+        return json_response(snapshot, headers=no_store)
 
     @app.get("/metrics/prometheus")
     async def metrics_prometheus() -> Response:
-        rt = _metrics_runtime()
+        rt, tenant = _metrics_runtime()
         assert rt.prometheus is not None
-        await batch_status.refresh()
-        body, content_type = rt.prometheus.render(request.headers.get("Accept"))
+        accept = request.headers.get("Accept")
+        if tenant is not None:
+            body, content_type = rt.prometheus.render_tenant(tenant, accept)
+        else:
+            await batch_status.refresh()
+            body, content_type = rt.prometheus.render(accept)
         response = Response(body, status=200, content_type=content_type)
         response.headers["Cache-Control"] = "no-store"
         return response

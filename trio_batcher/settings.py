@@ -48,7 +48,7 @@ class Settings:
     anthropic_api_key: str | None = None
     anthropic_base_url: str = "https://api.anthropic.com"
     anthropic_version: str = "2023-06-01"
-    default_model: str = "claude-sonnet-4-5"
+    default_model: str = "claude-sonnet-5-5"
     default_max_tokens: int = 4096
     request_timeout_s: float = 600.0
     body_read_timeout_s: float = 30.0

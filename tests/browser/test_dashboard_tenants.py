@@ -51,12 +51,16 @@ def tenant_traffic() -> MetricsRegistry:
     return registry
 
 
-def open_dashboard(proxy: LiveProxy, open_page: Any, registry: MetricsRegistry) -> Any:
+def open_dashboard(
+    proxy: LiveProxy, open_page: Any, registry: MetricsRegistry, tenant: str | None = None
+) -> Any:
     """``/dashboard`` of the running proxy, its ``/metrics`` polls answered by ``registry``
-    (a fresh snapshot each time: uptime moves on, so the rate charts have an interval)."""
+    (a fresh snapshot each time: uptime moves on, so the rate charts have an interval): the
+    whole view, or what ``tenant``'s own key reads."""
 
     def answer(route: Any) -> None:
-        body = json.dumps(registry.snapshot(GAUGES))
+        snap = registry.snapshot(GAUGES) if tenant is None else registry.tenant_snapshot(tenant)
+        body = json.dumps(snap)
         route.fulfill(status=200, content_type="application/json", body=body)
 
     opened = open_page(
@@ -98,4 +102,22 @@ def test_one_tenant_alone_hides_the_table_behind_a_note(
     opened = open_dashboard(live_proxy, open_page, registry)
     assert_tenants_shown(opened, registry.snapshot()["by_tenant"])
     assert "one tenant, (other)" in opened.text("tenants-none")
+    opened.assert_clean()
+
+
+def test_a_tenants_own_view_shows_its_figures_and_says_the_rest_is_not_its_to_see(
+    live_proxy: LiveProxy, open_page: Any
+) -> None:
+    registry = tenant_traffic()
+    own = registry.tenant_snapshot("team-batch")
+    opened = open_dashboard(live_proxy, open_page, registry, tenant="team-batch")
+    assert "team-batch" in opened.text("own-view")
+    assert opened.number("req-total") == own["requests"]["total"] == 40
+    assert opened.number("shed-total") == own["rejected"]["total"] == 30
+    assert opened.number("shed-tenant_queue_full") == 25
+    assert opened.text("inflight") == "–" and opened.text("windows-flushed") == "–"
+    assert "own view" in opened.text("tenants-none")
+    text = opened.page.inner_text("body")
+    assert "team-chat" not in text and "key-1a2b3c4d" not in text
+    opened.screenshot("observability-tenant-view")
     opened.assert_clean()

@@ -7,6 +7,14 @@ admits calls through a local limiter of ``fallback_share(cap, instances_last_see
 every instance doing the same, the cluster stays within the cap (up to the rounding to at
 least 1 per instance). It returns to *shared* when a probe (one PING) succeeds.
 
+An instance that has never had an answer from Redis (it started during an outage) has seen
+no count, and no share of its own is safe: the instances that did see Redis divided the cap
+among the instances *they* saw, which it is not one of, so any slot it took would come out
+of theirs. Its share is 0 (``instances_last_seen`` 0): it makes no upstream call until Redis
+answers, and its requests wait for that (or their deadline) as they wait for any slot. A
+restart during an outage is such a start: the share the process had before is already
+counted by the others, for the calls it left running until their leases expire.
+
 ``FallbackState`` is that two-state machine and nothing else: no I/O of its own except the
 probe the owner passes to ``run_probe``; it logs each transition once (a warning into
 fallback, info back), counts them for a gauge, and lets the owner wait for a mode.
@@ -30,8 +38,11 @@ logger = logging.getLogger(__name__)
 
 
 def fallback_share(cap: int, instances_last_seen: int) -> int:
-    """This instance's slots while Redis is unreachable: ``cap // n``, at least 1."""
-    return max(1, cap // max(1, instances_last_seen))
+    """This instance's slots while Redis is unreachable: ``cap // n``, at least 1; 0 for an
+    instance that has never seen the count (``n`` 0: see the module docstring)."""
+    if instances_last_seen <= 0:
+        return 0
+    return max(1, cap // instances_last_seen)
 
 
 class Mode(enum.Enum):

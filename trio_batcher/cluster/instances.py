@@ -5,7 +5,9 @@ prunes the expired ones, re-scores this instance and returns how many are alive,
 script; ``run()`` heartbeats every ``ttl_s / 3`` and leaves the registry when cancelled
 (shielded, best effort: a crashed instance just expires). The count it last saw
 (``last_seen_alive``) is what the fallback divides the cap by when Redis is gone, so it is
-kept from before the outage, never re-read during one. Besides the heartbeat, every lease
+kept from before the outage, never re-read during one; it is 0 until Redis has answered once
+(an instance that starts during an outage knows no count, and takes no share: ``fallback``).
+Besides the heartbeat, every lease
 acquire reads the count in its own script (``observe``), so a busy instance learns of a new
 one at its next acquire rather than up to ``ttl_s / 3`` later: the window in which an outage
 could find it dividing by one instance too few is then the time since its last acquire.
@@ -69,7 +71,7 @@ class InstanceRegistry:
         self.instance_id = instance_id
         self.ttl_s = ttl_s
         self._ttl_ms = max(1, round(ttl_s * 1000))
-        self.last_seen_alive = 1
+        self.last_seen_alive = 0  # no count seen yet
         self._frozen = False
         self._hold_until = float("-inf")
 

@@ -8,7 +8,8 @@ instance's cooldowns, the counter of its requests for the shared retry budget, a
 ``BATCH_ADAPTIVE``) the reporter of the cluster's adaptive limit, which replaces this
 process's own while ``run()`` runs. ``run()`` is started in the app's nursery before the
 dispatcher, so a job never asks for a slot before there is a link; a Redis that is down at
-startup is not a failure to start, just an instance that begins in fallback.
+startup is not a failure to start, just an instance that begins in fallback, with a share of
+0 until Redis first answers (``fallback``: it has seen no count of the instances).
 
 While ``run()`` runs it holds ``Resilience.sharing(self)`` open (it is the resilience layer's
 ``SharedResilience``). Cooldowns go out through a bounded channel: ``cooldown_opened`` is
@@ -143,7 +144,11 @@ class SharedState:
                     if self._adaptive is not None:
                         await nursery.start(self._adaptive.run)
                     await nursery.start(semaphore.run)
-                    await nursery.start(registry.run)
+                    await nursery.start(registry.run)  # one heartbeat first
+                    if registry.last_seen_alive == 0:  # it failed: Redis is down at start
+                        self.fallback.report_failure(
+                            ClusterUnavailable("no answer from Redis at start")
+                        )
                     await nursery.start(self.fallback.run_probe, link.ping)
                     nursery.start_soon(self._publish, SharedCooldowns(link))
                     nursery.start_soon(self._count_requests_periodically)
@@ -231,7 +236,8 @@ class SharedState:
             "instance": self.instance_id,
             "mode": fallback.mode.value,
             "fallbacks": fallback.fallbacks,
-            "instances_alive": self._registry.last_seen_alive if self._registry else None,
+            # None until Redis has answered once: no count seen yet.
+            "instances_alive": (self._registry.last_seen_alive or None) if self._registry else None,
             "cap": self._cap,
             "cap_in_force": self._semaphore.seen_capacity if self._semaphore else self._cap,
             "in_flight_seen": leases.in_flight_seen if leases else None,

@@ -32,7 +32,11 @@ them back into the global count. For ``rejoin_s`` after a return, the share stil
 this instance: the other instances' probes find Redis within about a probe interval of
 each other, and until they have rejoined too, their local calls are invisible in Redis.
 So at every moment the cluster's calls are at most the cap, up to the rounding of each
-share to at least 1. A job keeps the kind of slot it got: a release goes to where the slot
+share to at least 1. An instance that started during the outage has a share of 0 (it has
+never counted the instances; ``fallback``): its jobs wait, woken by the return to shared,
+and for its rejoin time they wait on, since the others' local calls are not in Redis yet.
+A wait never spins: it sleeps until a release, a change of mode, or the next moment its
+allowance can widen (the settling time, the end of the rejoin). A job keeps the kind of slot it got: a release goes to where the slot
 came from.
 """
 
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections import deque
 from typing import Final, final
 
@@ -135,7 +140,7 @@ class ClusterSlots:
     async def _lease(self, holder: str, scope: str | None) -> None:
         rejoining = trio.current_time() < self._rejoin_until
         if rejoining:
-            await self._within_share()
+            await self._within_share(until=self._rejoin_until)
             self._reserved += 1
         try:
             grant = await self._semaphore.acquire(holder, scope=scope)
@@ -148,14 +153,24 @@ class ClusterSlots:
         if view.remaining_s > 0 and reason is not None:
             self._resilience.adopt_cooldown(scope, view.remaining_s, reason)  # type: ignore[arg-type]
 
-    async def _within_share(self) -> None:
-        """Wait until this instance runs fewer calls than it may, leases included."""
+    async def _within_share(self, *, until: float | None = None) -> None:
+        """Wait until this instance runs fewer calls than it may, leases included; or, in
+        fallback (``until`` None), until Redis answers again (the caller takes a lease);
+        or, while rejoining, until ``until``, when the share stops bounding it. A share of 0
+        (no count seen yet) is waited out that way, never spun on."""
         while (
             self._semaphore.held_count + len(self._local_holders) + self._reserved
             >= self._allowance()
         ):
-            # A release frees a place; the settling time passing may widen the allowance.
-            with trio.move_on_at(self._settled_at):
+            now = trio.current_time()
+            if until is None and self._fallback.shared:
+                return
+            if until is not None and now >= until:
+                return
+            # A release frees a place, a change of mode wakes it too; the settling time
+            # passing may widen the allowance, and the end of the rejoin lifts it.
+            deadlines = [t for t in (self._settled_at, until) if t is not None and t > now]
+            with trio.move_on_at(min(deadlines, default=math.inf)):
                 await self._released.wait()
 
     def _allowance(self) -> int:

@@ -62,6 +62,7 @@ class _AnthropicDoor:
             stream=stream,
             surface=self.surface,
             generation=self.generates,
+            tenant=incoming.tenant,
         )
         exc.headers["Server-Timing"] = timing.server_timing_header()
         return exc

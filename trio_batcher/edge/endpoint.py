@@ -192,6 +192,7 @@ class ApiEndpoint:
             return
         arrived = trio.current_time()
         pipeline = self._pipeline()
+        tenant: Tenant | None = None  # known once the key is: its refusals count under it
         try:
             if pipeline is None:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
@@ -208,7 +209,11 @@ class ApiEndpoint:
                 )
             if raw is None:  # the client left while sending its body: nothing to answer
                 pipeline.record_refused(
-                    CLIENT_CLOSED, arrived, surface=door.surface, generation=door.generates
+                    CLIENT_CLOSED,
+                    arrived,
+                    surface=door.surface,
+                    generation=door.generates,
+                    tenant=tenant,
                 )
                 return
             if len(raw) < LARGE_BODY_BYTES:
@@ -221,7 +226,7 @@ class ApiEndpoint:
             if pipeline is not None:
                 status = exc.status if isinstance(exc, ProxyError) else 500
                 timing = pipeline.record_refused(
-                    status, arrived, surface=door.surface, generation=door.generates
+                    status, arrived, surface=door.surface, generation=door.generates, tenant=tenant
                 )
                 if isinstance(exc, ProxyError):
                     exc.headers["Server-Timing"] = timing.server_timing_header()

@@ -7,7 +7,7 @@ upstream (Anthropic's ``GET /v1/models``) and keeps the answer for a few minutes
 the upstream cannot say does it fall back to the bundled list. Either way the list is
 informational: the chat endpoint forwards any model name and lets the upstream decide.
 
-Anthropic lists dated ids (``claude-sonnet-4-5-20250929``); clients mostly use the alias
+Anthropic lists dated ids (``claude-haiku-4-5-20251001``); clients mostly use the alias
 without the date, so each dated id is listed right after its alias, and both are found.
 """
 
@@ -29,19 +29,21 @@ log = logging.getLogger("trio_batcher")
 Model = tuple[str, int]  # (id, created: unix time of the model's release)
 
 # The bundled list, newest first: used until the upstream answers, and when it can't.
+# Current models only (as of 2026-12): those the Anthropic SDK (2.17) and Claude Code
+# (2.1.328, whose default is claude-opus-5-5) name and neither calls retired; Claude Code
+# retires claude-sonnet-4-5 on 2026-11-30, and the 4.0/4.1/3.x models before it.
+# The 5.5 models' release dates are in neither source: they carry 2026-12-01, the month
+# this list was updated, which keeps them first.
 KNOWN_MODELS: Final[tuple[Model, ...]] = (
+    ("claude-opus-5-5", 1796083200),
+    ("claude-sonnet-5-5", 1796083200),
+    ("claude-haiku-5-5", 1796083200),
     ("claude-sonnet-5", 1790726400),
     ("claude-opus-5", 1790726400),
     ("claude-opus-4-8", 1781481600),
     ("claude-sonnet-4-6", 1771286400),
     ("claude-opus-4-5", 1764028800),
     ("claude-haiku-4-5", 1760486400),
-    ("claude-sonnet-4-5", 1759104000),
-    ("claude-opus-4-1", 1754352000),
-    ("claude-opus-4", 1747872000),
-    ("claude-sonnet-4", 1747872000),
-    ("claude-3-7-sonnet-latest", 1740441600),
-    ("claude-3-5-haiku-latest", 1729555200),
 )
 
 # How long an upstream answer is used, and how soon a failed fetch is tried again.

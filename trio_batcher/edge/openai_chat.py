@@ -65,7 +65,9 @@ class OpenAIChatDoor:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.
             stream = isinstance(payload, dict) and payload.get("stream") is True
-            timing = pipeline.record_refused(exc.status, arrived, stream=stream, surface=SURFACE)
+            timing = pipeline.record_refused(
+                exc.status, arrived, stream=stream, surface=SURFACE, tenant=incoming.tenant
+            )
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise
         del payload

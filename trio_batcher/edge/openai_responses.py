@@ -130,7 +130,7 @@ class ResponsesDoor:
         except ProxyError as exc:
             stream = isinstance(payload, dict) and payload.get("stream") is True
             timing = pipeline.record_refused(
-                exc.status, incoming.arrived, stream=stream, surface=SURFACE
+                exc.status, incoming.arrived, stream=stream, surface=SURFACE, tenant=incoming.tenant
             )
             exc.headers["Server-Timing"] = timing.server_timing_header()
             raise

@@ -60,6 +60,7 @@ from .snapshot import snapshot_document
 from .statistics import Gauges as Gauges
 from .statistics import MetricsStatistics as MetricsStatistics
 from .surfaces import SurfaceTotals
+from .tenant_view import tenant_document
 from .tenants import OTHER_TENANTS as OTHER_TENANTS
 from .tenants import KnownTenants, TenantBook, TenantStatistics, no_tenants
 
@@ -136,6 +137,11 @@ class MetricsRegistry:
             name: deque(maxlen=self.window)
             for name in ("total", "queue", "upstream_ttfb", "ttft", "upstream", "overhead")
         }
+
+    @property
+    def started_at(self) -> float:
+        """When this registry started, Unix time."""
+        return self._started_wall
 
     @property
     def known_tenants(self) -> KnownTenants:
@@ -341,6 +347,27 @@ class MetricsRegistry:
             started_at=self._started_wall,
             by_surface={name: entry.statistics() for name, entry in self._surfaces.items()},
             by_tenant=self._tenants.statistics(),
+        )
+
+    def tenant_statistics(self, tenant: str) -> TenantStatistics:
+        """One tenant's all-time counters (zero if it has none yet): its Prometheus view."""
+        with self._lock:
+            return self._tenants.one(tenant)[0]
+
+    def tenant_snapshot(self, tenant: str) -> dict[str, Any]:
+        """The JSON ``GET /metrics`` answers ``tenant``'s own key with: its own figures and
+        nothing counted over other tenants' requests (``tenant_view``, docs/metrics.md)."""
+        with self._lock:
+            stats, samples = self._tenants.one(tenant)
+            uptime = self._clock() - self._started_mono
+        return tenant_document(
+            tenant,
+            stats,
+            samples,
+            window=self.window,
+            pricing=self.pricing,
+            started_at=self._started_wall,
+            uptime=uptime,
         )
 
     def snapshot(self, gauges: Gauges | None = None) -> dict[str, Any]:

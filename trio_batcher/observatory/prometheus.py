@@ -171,11 +171,7 @@ class _RegistryCollector:
         yield from surface_families(stats.by_surface)
         yield from tenant_families(stats.by_tenant)
 
-        yield GaugeMetricFamily(
-            PREFIX + "start_time_seconds",
-            "When this registry started, Unix time; a change means the counters reset.",
-            value=stats.started_at,
-        )
+        yield _start_time(stats.started_at)
 
 
 def _upstream_families(stats: ResilienceStatistics) -> Iterator[Metric]:
@@ -240,10 +236,21 @@ class PrometheusExporter:
         upstream_fn: Callable[[], ResilienceStatistics] | None = None,
         cluster_fn: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> None:
+        self._registry = registry
         self.collector_registry = CollectorRegistry(auto_describe=False)
         self.collector_registry.register(_RegistryCollector(registry, gauges_fn, upstream_fn))
         if cluster_fn is not None:
             self.collector_registry.register(ClusterCollector(cluster_fn))
+
+    def render_tenant(self, tenant: str, accept: str | None = None) -> tuple[bytes, str]:
+        """A tenant's own scrape (``render``'s return): its ``trio_batcher_tenant_*``
+        families and the start time, nothing counted over other tenants' requests
+        (``observatory.tenant_view``). A throwaway registry per scrape: this exporter's own
+        holds the gateway-wide collectors (the cluster's, the batches'), which a tenant may
+        not read."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_TenantCollector(self._registry, tenant))
+        return _render(registry, accept)
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """Return ``(body, content_type)`` for a scrape.
@@ -252,10 +259,34 @@ class PrometheusExporter:
         Prometheus reads. Pass the request's ``Accept`` header to let a scraper that asks
         for OpenMetrics get it.
         """
-        if accept is None:
-            return generate_latest(self.collector_registry), CONTENT_TYPE_PLAIN_0_0_4
-        encoder, content_type = choose_encoder(accept)
-        return encoder(self.collector_registry), content_type
+        return _render(self.collector_registry, accept)
+
+
+def _render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    if accept is None:
+        return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
+
+
+class _TenantCollector:
+    """One tenant's families, read from the registry when collected."""
+
+    def __init__(self, registry: MetricsRegistry, tenant: str) -> None:
+        self._registry = registry
+        self._tenant = tenant
+
+    def collect(self) -> Iterator[Metric]:
+        yield from tenant_families({self._tenant: self._registry.tenant_statistics(self._tenant)})
+        yield _start_time(self._registry.started_at)
+
+
+def _start_time(started_at: float) -> Metric:
+    return GaugeMetricFamily(
+        PREFIX + "start_time_seconds",
+        "When this registry started, Unix time; a change means the counters reset.",
+        value=started_at,
+    )
 
 
 def _gc_families(stats: GcStatistics) -> Iterator[Metric]:

@@ -138,6 +138,15 @@ class TenantBook:
     def statistics(self) -> dict[str, TenantStatistics]:
         return {name: entry.statistics() for name, entry in self._entries.items()}
 
+    def one(self, tenant: str) -> tuple[TenantStatistics, dict[str, list[float]]]:
+        """One tenant's counters and samples, zero when it has no entry (yet): what its own
+        view of the metrics shows. Never creates an entry, and never answers for
+        ``(other)``'s under another name."""
+        entry = self._entries.get(tenant) if tenant != OTHER_TENANTS else None
+        if entry is None:
+            entry = _TenantTotals(self._window)
+        return entry.statistics(), entry.finished.samples()
+
     def samples(self) -> dict[str, dict[str, list[float]]]:
         return {name: entry.finished.samples() for name, entry in self._entries.items()}
 

@@ -307,15 +307,24 @@ class Pipeline:
         stream: bool = False,
         surface: str | None = None,
         generation: bool = True,
+        tenant: Tenant | None = None,
     ) -> Timing:
         """Count a request answered with an error before any upstream work (bad input, a
-        missing key): a request all the same, under the model ``(none)``; a call that would
-        generate nothing (``generation=False``: ``count_tokens``) under its surface only, as
-        it is counted when it succeeds."""
+        missing key): a request all the same, under the model ``(none)`` and, once its key
+        was known, under its ``tenant`` (whose own view of the metrics shows it); a call
+        that would generate nothing (``generation=False``: ``count_tokens``) under its
+        surface only, as it is counted when it succeeds."""
         timing = Timing(total=trio.current_time() - arrived)
         if self.metrics is not None:
             if generation:
-                self.metrics.record_error(None, status, timing, stream=stream, surface=surface)
+                self.metrics.record_error(
+                    None,
+                    status,
+                    timing,
+                    stream=stream,
+                    surface=surface,
+                    tenant=tenant.name if tenant is not None else None,
+                )
             elif surface is not None:
                 self.metrics.record_call(surface, status, timing)
         return timing

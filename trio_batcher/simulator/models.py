@@ -21,6 +21,16 @@ DEFAULT_MAX_OUTPUT_TOKENS: Final = 128_000
 
 # (id, display name, created_at, lifecycle, max input tokens, max output tokens)
 CATALOGUE: Final[tuple[tuple[str, str, str, str, int, int], ...]] = (
+    ("claude-opus-5-5", "Claude Opus 5.5", "2026-12-01T00:00:00Z", "active", 1_000_000, 128_000),
+    (
+        "claude-sonnet-5-5",
+        "Claude Sonnet 5.5",
+        "2026-12-01T00:00:00Z",
+        "active",
+        1_000_000,
+        128_000,
+    ),
+    ("claude-haiku-5-5", "Claude Haiku 5.5", "2026-12-01T00:00:00Z", "active", 1_000_000, 128_000),
     ("claude-sonnet-5", "Claude Sonnet 5", "2026-09-30T00:00:00Z", "active", 1_000_000, 128_000),
     ("claude-opus-5", "Claude Opus 5", "2026-09-30T00:00:00Z", "active", 1_000_000, 128_000),
     ("claude-opus-4-8", "Claude Opus 4.8", "2026-06-15T00:00:00Z", "active", 1_000_000, 128_000),
