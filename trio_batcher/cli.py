@@ -1,6 +1,11 @@
 """``trio-batcher``: serve the proxy, run the simulated upstream, benchmark both, or manage
 tenants' keys (``keys``).
 
+Serving loads the gateway and nothing else: the simulator (``trio_batcher.simulator``, the
+testing package) is imported only by ``serve --simulate`` and ``simulate``, and the benchmark
+lab (``trio_batcher_bench``, a separate distribution in the repository's ``bench/``) only by
+``bench``; ``tests/test_packaging.py`` checks both.
+
 Configuration errors end the process with exit code 2 and one line on stderr naming the
 variable or flag and the problem -- never a traceback -- so a typo in a deployment's
 environment is readable in any log viewer.
@@ -9,6 +14,7 @@ environment is readable in any log viewer.
 from __future__ import annotations
 
 import argparse
+import importlib
 import ipaddress
 import logging
 import os
@@ -16,18 +22,19 @@ import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import trio
 
 from .app import create_app
-from .bench import add_bench_parser, run_bench
 from .serving import raise_open_file_limit, serve_app, tune_gc_for_serving
 from .settings import SPECS, Settings, SettingsError
-from .simulator import SimulatorConfig, run_simulator
 from .tenants import load_tenants
 from .tenants.keys_cli import add_keys_parser, run_keys
 from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
+
+if TYPE_CHECKING:
+    from .simulator import SimulatorConfig
 
 _PROG: Final = "trio-batcher"
 _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
@@ -35,6 +42,13 @@ _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any
 _CLOSE_TIMEOUT_S: Final = 5.0
 # After the drain and hypercorn's close, how long before a stuck process exits anyway.
 _EXIT_MARGIN_S: Final = 5.0
+# The benchmark lab: its own distribution (bench/pyproject.toml), never in the gateway's wheel.
+_LAB: Final = "trio_batcher_bench"
+_LAB_MISSING: Final = (
+    "the benchmark lab is not installed. It is a separate distribution in the repository's "
+    "bench/ directory; from a checkout, install it next to the gateway with "
+    "`pip install -e . -e ./bench` (docs/benchmarks.md)."
+)
 
 
 def _fail(message: str) -> NoReturn:
@@ -96,6 +110,8 @@ def _add_simulator_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
 
 
 def _simulator_config(args: argparse.Namespace, prefix: str, **defaults: float) -> SimulatorConfig:
+    from .simulator import SimulatorConfig  # only --simulate and simulate load the simulator
+
     values: dict[str, Any] = dict(defaults)
     for name, _, _ in _SIM_FLAGS:
         value = getattr(args, prefix + name)
@@ -169,7 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_simulator_flags(simulate, "")
 
-    add_bench_parser(sub)
+    # Listed for --help only: main() hands `bench ...` to the lab before this parser runs, so
+    # the lab's flags are its own and the lab is imported only when asked for.
+    sub.add_parser(
+        "bench",
+        help="benchmark the proxy against the simulator (the lab: pip install -e ./bench)",
+        add_help=False,
+    )
     add_keys_parser(sub)
     # argparse derives dest names with underscores; keep the prefix scheme uniform.
     return parser
@@ -241,6 +263,8 @@ async def _start_simulator(
     args: argparse.Namespace, nursery: trio.Nursery, stop: trio.Event
 ) -> str:
     """Start ``--simulate``'s upstream in ``nursery`` until ``stop``; its base URL."""
+    from .simulator import run_simulator
+
     config = _simulator_config(args, "sim_", ttft_ms=150.0, tokens_per_s=120.0, jitter=0.1)
     host, port = await nursery.start(partial(run_simulator, config, "127.0.0.1", 0, shutdown=stop))
     return f"http://{host}:{port}"
@@ -330,6 +354,8 @@ async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _simulate(args: argparse.Namespace) -> None:
+    from .simulator import run_simulator
+
     stop = trio.Event()
     config = _simulator_config(args, "")
     async with trio.open_nursery() as nursery:
@@ -346,7 +372,27 @@ async def _simulate(args: argparse.Namespace) -> None:
         nursery.cancel_scope.cancel()
 
 
+def _bench(argv: Sequence[str]) -> int:
+    """``trio-batcher bench``: the lab parses its own flags and runs; its exit status.
+
+    Imported here, by name, and only here: the gateway neither ships nor depends on it.
+    """
+    try:
+        lab: Any = importlib.import_module(_LAB)
+    except ModuleNotFoundError as exc:
+        if exc.name != _LAB:
+            raise  # the lab is there but something it needs is not: show what
+        _fail(_LAB_MISSING)
+    args = lab.build_parser(prog=f"{_PROG} bench").parse_args(argv)
+    _configure_logging(args.log_level)
+    status: int = lab.run_bench(args)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        raise SystemExit(_bench(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve" and hasattr(signal, "SIGHUP"):
@@ -390,8 +436,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise SystemExit(trio.run(_supervise, args, settings))
         elif args.command == "simulate":
             trio.run(_simulate, args)
-        elif args.command == "bench":
-            raise SystemExit(run_bench(args))
         elif args.command == "keys":
             raise SystemExit(run_keys(args))
     except KeyboardInterrupt:

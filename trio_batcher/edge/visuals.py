@@ -2,6 +2,9 @@
 
 They ship inside the wheel as ``trio_batcher.visuals``; an editable install serves a
 source checkout's top-level ``visuals/`` instead, minus the scripts that build their data.
+The recorded runs the pages draw (``visuals/data/``, a megabyte of benchmark reports) stay
+in the repository: an installed wheel has no ``data/``, its ``/visuals/data/...`` answers a
+404 that says so, and the pages show "No recorded data" (``assets/common.js``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,13 @@ async def visual_file(name: str) -> Response:
     except (ValueError, OSError):  # a NUL in the name, a name too long
         found = False
     if not found:
+        if name.startswith("data/") and not (root / "data").is_dir():
+            raise ProxyError(
+                404,
+                f"No recorded data: /visuals/{name}. The recorded runs stay in the "
+                "repository (visuals/data/); the installed package carries none.",
+                code="not_found",
+            )
         raise ProxyError(404, f"No such page: /visuals/{name}.", code="not_found")
     # Read whole rather than streamed with send_file: the pages are small, and the file
     # send_file opens is never closed when nothing reads the body (a HEAD, a client that
