@@ -1,8 +1,9 @@
 """The benchmark harness: its arithmetic as data, its drivers over loopback, and a tiny real run.
 
 The end-to-end test starts the simulator and the proxy as separate processes through
-``python -m trio_batcher_bench`` and checks the report: every client count reconciled with
-the proxy's /metrics, and the JSON shape the pages read.
+``trio-batcher bench`` (the lab, ``bench/``, installed beside the gateway) and checks the
+report: every client count reconciled with the proxy's /metrics, and the JSON shape the
+pages read.
 """
 
 from __future__ import annotations
@@ -370,13 +371,16 @@ def test_sigterm_stops_the_bench_and_every_server_it_started(tmp_path: Path) -> 
 
 
 def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Path) -> None:
+    """Through ``trio-batcher bench``, the command the docs give: the gateway's CLI hands
+    the flags to the lab (a separate distribution, imported only for this)."""
     out = tmp_path / "report.json"
     visuals = tmp_path / "visuals" / "results.json"
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "trio_batcher_bench",
+            "trio_batcher",
+            "bench",
             "--scenario",
             "overhead,disconnect",
             "--quick",

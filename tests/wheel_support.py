@@ -32,13 +32,15 @@ def build_wheel(factory: pytest.TempPathFactory) -> Path:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
         for name in _SOURCES:
             path = ROOT / name
+            if not path.exists():
+                continue
             if path.is_dir():
                 shutil.copytree(path, source / name, ignore=ignore)
             else:
                 shutil.copy2(path, source / name)
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q"]
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist")]
-            + [str(source)],
+            [*pip_wheel, "-w", str(work / "dist"), str(source)],
             capture_output=True,
             text=True,
             timeout=300,

@@ -9,8 +9,8 @@ in the repository: an installed wheel has no ``data/``, its ``/visuals/data/...`
 
 from __future__ import annotations
 
+import importlib.util
 import mimetypes
-from importlib import resources
 from pathlib import Path
 from typing import Final
 
@@ -29,13 +29,20 @@ _VISUAL_SUFFIXES: Final = frozenset({".html", ".js", ".json", ".css", ".svg", ".
 
 def _visuals_root() -> Path | None:
     """Where the pages are: packaged as ``trio_batcher.visuals``, or a source checkout's
-    top-level ``visuals/`` (editable installs)."""
+    top-level ``visuals/`` (editable installs).
+
+    ``trio_batcher.visuals`` has no ``__init__.py``: it is a namespace package, for which
+    ``importlib.resources.files`` answers a ``MultiplexedPath`` whose ``str`` is no path (on
+    Python 3.11 an installed wheel served no page at all). Its spec's search locations are
+    the directories themselves, from a wheel and from an editable install's finder alike.
+    """
     try:
-        packaged = Path(str(resources.files("trio_batcher.visuals")))
-        if packaged.is_dir():
-            return packaged
+        spec = importlib.util.find_spec("trio_batcher.visuals")
     except ModuleNotFoundError:
-        pass
+        spec = None
+    for location in (spec and spec.submodule_search_locations) or ():
+        if Path(location).is_dir():
+            return Path(location)
     checkout = Path(__file__).resolve().parent.parent.parent / "visuals"
     return checkout if checkout.is_dir() else None
 
