@@ -389,10 +389,8 @@ def _bench(argv: Sequence[str]) -> int:
     return status
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        raise SystemExit(_bench(argv[1:]))
+def _run(argv: Sequence[str]) -> None:
+    """Every command but ``bench``: parse, then serve, simulate or manage keys."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve" and hasattr(signal, "SIGHUP"):
@@ -403,41 +401,48 @@ def main(argv: Sequence[str] | None = None) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     serving_workers = args.command == "serve" and (args.workers != 1 or args.worker_fd is not None)
     _configure_logging(args.log_level, with_pid=serving_workers)
+    if args.command == "serve" and args.worker_fd is not None:
+        # The supervisor has checked the command line; the settings come from its env.
+        trio.run(_serve, args, _settings_from(args))
+    elif args.command == "serve":
+        settings = _settings_from(args)
+        if not args.simulate and not settings.anthropic_api_key:
+            _fail(
+                "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
+                "`trio-batcher serve --simulate` (a built-in simulated upstream)."
+            )
+        if (
+            not _is_loopback(args.host)
+            and not _keys_required(settings)
+            and not args.allow_unauthenticated
+        ):
+            _fail(
+                f"refusing to bind non-loopback --host {args.host} without client keys; set "
+                "PROXY_API_KEYS or give tenants keys in TENANTS_FILE, or pass "
+                "--allow-unauthenticated."
+            )
+        if not 0 <= args.port <= 65535:
+            _fail(f"--port must be between 0 and 65535, got {args.port}")
+        if args.workers < 1:
+            _fail(f"--workers must be at least 1, got {args.workers}")
+        if args.workers > 1 and os.name != "posix":
+            _fail("--workers needs a POSIX system (the socket is passed to each worker)")
+        if args.workers == 1:
+            trio.run(_serve, args, settings)
+        else:
+            raise SystemExit(trio.run(_supervise, args, settings))
+    elif args.command == "simulate":
+        trio.run(_simulate, args)
+    elif args.command == "keys":
+        raise SystemExit(run_keys(args))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args.command == "serve" and args.worker_fd is not None:
-            # The supervisor has checked the command line; the settings come from its env.
-            trio.run(_serve, args, _settings_from(args))
-        elif args.command == "serve":
-            settings = _settings_from(args)
-            if not args.simulate and not settings.anthropic_api_key:
-                _fail(
-                    "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
-                    "`trio-batcher serve --simulate` (a built-in simulated upstream)."
-                )
-            if (
-                not _is_loopback(args.host)
-                and not _keys_required(settings)
-                and not args.allow_unauthenticated
-            ):
-                _fail(
-                    f"refusing to bind non-loopback --host {args.host} without client keys; set "
-                    "PROXY_API_KEYS or give tenants keys in TENANTS_FILE, or pass "
-                    "--allow-unauthenticated."
-                )
-            if not 0 <= args.port <= 65535:
-                _fail(f"--port must be between 0 and 65535, got {args.port}")
-            if args.workers < 1:
-                _fail(f"--workers must be at least 1, got {args.workers}")
-            if args.workers > 1 and os.name != "posix":
-                _fail("--workers needs a POSIX system (the socket is passed to each worker)")
-            if args.workers == 1:
-                trio.run(_serve, args, settings)
-            else:
-                raise SystemExit(trio.run(_supervise, args, settings))
-        elif args.command == "simulate":
-            trio.run(_simulate, args)
-        elif args.command == "keys":
-            raise SystemExit(run_keys(args))
+        if argv[:1] == ["bench"]:
+            raise SystemExit(_bench(argv[1:]))
+        _run(argv)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (OSError, BaseExceptionGroup) as exc:
