@@ -17,9 +17,13 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PACKAGE = "trio_batcher"
+# The benchmark lab: its own distribution in bench/, installed beside the gateway by the
+# sessions that run or test it; never part of the gateway's wheel.
+LAB = "./bench"
+LAB_PACKAGE = "bench/trio_batcher_bench"
 CONSTRAINTS = "constraints.txt"
 # Everything any session installs, for ``lock`` to resolve together.
-EVERYTHING = (".[test,bench,browser]", "ruff", "mypy", "nox")
+EVERYTHING = (".[test,browser]", LAB, "ruff", "mypy", "nox")
 
 
 def _install(session: nox.Session, *args: str) -> None:
@@ -31,21 +35,23 @@ def _install(session: nox.Session, *args: str) -> None:
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
     _install(session, "ruff")
-    session.run("ruff", "check", PACKAGE, "tests", "visuals", "noxfile.py")
-    session.run("ruff", "format", "--check", PACKAGE, "tests", "visuals", "noxfile.py")
+    session.run("ruff", "check", PACKAGE, "bench", "tests", "visuals", "noxfile.py")
+    session.run("ruff", "format", "--check", PACKAGE, "bench", "tests", "visuals", "noxfile.py")
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package."""
-    _install(session, "-e", ".[test,bench]", "mypy")
-    session.run("mypy", "--strict", PACKAGE)
+    """mypy --strict on the package and the benchmark lab."""
+    _install(session, "-e", ".[test]", "-e", LAB, "mypy")
+    session.run("mypy", "--strict", PACKAGE, LAB_PACKAGE)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite, at the pinned versions (loopback only, no API key)."""
-    _install(session, "-e", ".[test,bench]")
+    """The test suite, at the pinned versions (loopback only, no API key). The lab is
+    installed too: tests/test_bench*.py test it, and the multi-process tests start servers
+    with it."""
+    _install(session, "-e", ".[test]", "-e", LAB)
     session.run("pytest", *session.posargs)
 
 
@@ -53,7 +59,7 @@ def tests(session: nox.Session) -> None:
 def tests_latest(session: nox.Session) -> None:
     """The test suite against the newest release of every dependency, ignoring the pins:
     what a user who runs ``pip install trio-batcher`` today gets. Run before each landing."""
-    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[test,bench]")
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[test]", "-e", LAB)
     session.run("pip", "list", "--format=freeze", silent=False)
     session.run("pytest", *session.posargs)
 
@@ -83,7 +89,7 @@ def lock(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """trio-batcher bench: separate processes, real sockets. Flags after --, e.g. -- --quick."""
-    _install(session, "-e", ".[bench]")
+    _install(session, "-e", ".", "-e", LAB)
     session.run("trio-batcher", "bench", *(session.posargs or ["--scenario", "all"]))
 
 
@@ -93,7 +99,7 @@ def browser(session: nox.Session) -> None:
 
     Never `playwright install` (it downloads a browser); CI installs Debian's chromium.
     """
-    _install(session, "-e", ".[test,bench,browser]")
+    _install(session, "-e", ".[test,browser]", "-e", LAB)
     session.run(
         "pytest",
         "-m",

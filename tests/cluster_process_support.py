@@ -1,8 +1,8 @@
 """Two proxy processes sharing one Redis and one simulator, and what the simulator saw of them.
 
 ``two_proxies`` starts the stack of ``tests/test_cluster_processes.py``: one simulator and
-two ``serve`` processes (``bench.processes.running_stack``) with the upstream cap shared
-through one Redis, under a key prefix of their own.
+two ``serve`` processes (the lab's ``trio_batcher_bench.processes.running_stack``) with the
+upstream cap shared through one Redis, under a key prefix of their own.
 
 The simulator's view is the judge of "how many upstream calls ran at once": its traces
 (``/_sim/stats?recent=N``) give each call's start and end on the simulator's
@@ -27,8 +27,8 @@ import httpx2
 import trio
 from redis_support import unique_prefix
 
-from trio_batcher.bench.processes import ProxyServer, SimServer, Stack, running_stack
 from trio_batcher.simulator.stats import RECENT_TRACES
+from trio_batcher_bench.processes import ProxyServer, SimServer, Stack, running_stack
 
 __all__ = [
     "CAP",

@@ -1,8 +1,9 @@
 """The benchmark harness: its arithmetic as data, its drivers over loopback, and a tiny real run.
 
 The end-to-end test starts the simulator and the proxy as separate processes through
-``python -m trio_batcher.bench`` and checks the report: every client count reconciled with
-the proxy's /metrics, and the JSON shape the pages read.
+``trio-batcher bench`` (the lab, ``bench/``, installed beside the gateway) and checks the
+report: every client count reconciled with the proxy's /metrics, and the JSON shape the
+pages read.
 """
 
 from __future__ import annotations
@@ -21,23 +22,23 @@ from typing import Any
 import pytest
 import trio
 
-from trio_batcher.bench import processes
-from trio_batcher.bench.burst import _steps
-from trio_batcher.bench.harness import Bench, Options, target_for
-from trio_batcher.bench.load import Outcome, Target, call, open_loop
-from trio_batcher.bench.progress import Display
-from trio_batcher.bench.ratelimit import AMPLIFICATION_MAX
-from trio_batcher.bench.report import js_module, render_markdown
-from trio_batcher.bench.results import SCHEMA, Counts, Report, ScenarioResult
-from trio_batcher.bench.sse import ContentCounter, EventCounter
-from trio_batcher.bench.stats import (
+from trio_batcher_bench import processes
+from trio_batcher_bench.burst import _steps
+from trio_batcher_bench.harness import Bench, Options, target_for
+from trio_batcher_bench.load import Outcome, Target, call, open_loop
+from trio_batcher_bench.progress import Display
+from trio_batcher_bench.ratelimit import AMPLIFICATION_MAX
+from trio_batcher_bench.report import js_module, render_markdown
+from trio_batcher_bench.results import SCHEMA, Counts, Report, ScenarioResult
+from trio_batcher_bench.sse import ContentCounter, EventCounter
+from trio_batcher_bench.stats import (
     event_stats,
     parse_server_timing,
     reconcile,
     summary_ms,
     upstream_checks,
 )
-from trio_batcher.bench.wire import Pool, encode_request
+from trio_batcher_bench.wire import Pool, encode_request
 
 # -- arithmetic ------------------------------------------------------------------------------
 
@@ -329,7 +330,7 @@ def test_sigterm_stops_the_bench_and_every_server_it_started(tmp_path: Path) -> 
             [
                 sys.executable,
                 "-m",
-                "trio_batcher.bench",
+                "trio_batcher_bench",
                 "--scenario",
                 "overhead",
                 "--duration",
@@ -370,13 +371,16 @@ def test_sigterm_stops_the_bench_and_every_server_it_started(tmp_path: Path) -> 
 
 
 def test_tiny_bench_reconciles_with_the_proxy_and_writes_the_report(tmp_path: Path) -> None:
+    """Through ``trio-batcher bench``, the command the docs give: the gateway's CLI hands
+    the flags to the lab (a separate distribution, imported only for this)."""
     out = tmp_path / "report.json"
     visuals = tmp_path / "visuals" / "results.json"
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "trio_batcher.bench",
+            "trio_batcher",
+            "bench",
             "--scenario",
             "overhead,disconnect",
             "--quick",
@@ -439,7 +443,7 @@ def test_tiny_ratelimit_run_shows_coordinated_backoff_keeping_amplification_low(
         [
             sys.executable,
             "-m",
-            "trio_batcher.bench",
+            "trio_batcher_bench",
             "--scenario",
             "ratelimit",
             "--duration",
@@ -503,7 +507,7 @@ def test_tiny_stream_run_relays_anthropic_events_unchanged_and_reports_both_pair
         [
             sys.executable,
             "-m",
-            "trio_batcher.bench",
+            "trio_batcher_bench",
             "--scenario",
             "stream",
             "--quick",

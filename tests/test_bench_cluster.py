@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_batcher.bench.cluster_stats import (
+from trio_batcher_bench.cluster_stats import (
     cap_audit,
     cluster_block,
     command_delta,
@@ -21,15 +21,15 @@ from trio_batcher.bench.cluster_stats import (
     in_flight_buckets,
     side_by_side,
 )
-from trio_batcher.bench.load import Quota
-from trio_batcher.bench.redis_server import parse_commandstats, redis_binary, running_redis
-from trio_batcher.bench.report import render_markdown
-from trio_batcher.bench.results import Report, ScenarioResult
-from trio_batcher.bench.scenarios import SCENARIOS
-from trio_batcher.bench.soak import _outage
-from trio_batcher.bench.soak_ledger import FiveXX, Result
-from trio_batcher.bench.soak_plan import faults_that_may_5xx
-from trio_batcher.bench.soak_redis import (
+from trio_batcher_bench.load import Quota
+from trio_batcher_bench.redis_server import parse_commandstats, redis_binary, running_redis
+from trio_batcher_bench.report import render_markdown
+from trio_batcher_bench.results import Report, ScenarioResult
+from trio_batcher_bench.scenarios import SCENARIOS
+from trio_batcher_bench.soak import _outage
+from trio_batcher_bench.soak_ledger import FiveXX, Result
+from trio_batcher_bench.soak_plan import faults_that_may_5xx
+from trio_batcher_bench.soak_redis import (
     LEAD_S,
     OUTAGE_S,
     SETTLE_S,
@@ -252,7 +252,7 @@ def test_the_cluster_scenario_runs_with_all_and_names_redis() -> None:
 def test_a_tiny_cluster_run_holds_the_cap_across_two_instances(tmp_path: Path) -> None:
     out = tmp_path / "cluster.json"
     done = subprocess.run(
-        [sys.executable, "-m", "trio_batcher.bench", "--scenario", "cluster", "--quick",
+        [sys.executable, "-m", "trio_batcher_bench", "--scenario", "cluster", "--quick",
          "--duration", "1.5", "--warmup", "0.2", "--concurrency", "24", "--out", str(out),
          "--visuals-json", "", "--no-progress"],
         capture_output=True, text=True, timeout=120, check=False,

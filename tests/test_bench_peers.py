@@ -17,11 +17,11 @@ import httpx2
 import pytest
 import trio
 
-from trio_batcher.bench.cpu import process_cpu_seconds, tree_cpu_seconds
-from trio_batcher.bench.litellm_peer import litellm_config, running_litellm
-from trio_batcher.bench.peers_report import event_cpu_ms, peers_summary, peers_targets
-from trio_batcher.bench.processes import ServerError
-from trio_batcher.bench.scenarios import SCENARIOS
+from trio_batcher_bench.cpu import process_cpu_seconds, tree_cpu_seconds
+from trio_batcher_bench.litellm_peer import litellm_config, running_litellm
+from trio_batcher_bench.peers_report import event_cpu_ms, peers_summary, peers_targets
+from trio_batcher_bench.processes import ServerError
+from trio_batcher_bench.scenarios import SCENARIOS
 
 PLAIN, STREAMS, MANY = "50 clients, non-stream", "20 streams", "100 streams"
 
@@ -198,7 +198,7 @@ async def test_the_canned_upstream_is_a_messages_upstream_the_proxy_and_sdks_acc
     from support import OPEN_CLIENTS, openai_client, running_proxy
 
     from trio_batcher import Settings
-    from trio_batcher.bench.canned_upstream import _Handler
+    from trio_batcher_bench.canned_upstream import _Handler
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(

@@ -14,32 +14,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from trio_batcher.bench.scenarios import SCENARIOS
-from trio_batcher.bench.soak_checks import reconcile, store_check
-from trio_batcher.bench.soak_ledger import (
-    FiveXX,
-    Ledger,
-    Result,
-    classify,
-    explain_5xx,
-    proxy_status,
-)
-from trio_batcher.bench.soak_memory import (
-    MemorySample,
-    downsample,
-    least_squares_slope,
-    memory_summary,
-)
-from trio_batcher.bench.soak_plan import (
-    KINDS,
-    SCHEDULED,
-    STORE_EVERY,
-    Mix,
-    Planned,
-    arrivals,
-    faults_that_may_5xx,
-)
-from trio_batcher.bench.sse import ContentCounter, StreamEnding
 from trio_batcher.errors import ProxyError
 from trio_batcher.pipeline.relay import deadline_error
 from trio_batcher.settings import Settings
@@ -49,6 +23,32 @@ from trio_batcher.translation.openai_responses import (
     ResponsesStream,
     translate_request,
 )
+from trio_batcher_bench.scenarios import SCENARIOS
+from trio_batcher_bench.soak_checks import reconcile, store_check
+from trio_batcher_bench.soak_ledger import (
+    FiveXX,
+    Ledger,
+    Result,
+    classify,
+    explain_5xx,
+    proxy_status,
+)
+from trio_batcher_bench.soak_memory import (
+    MemorySample,
+    downsample,
+    least_squares_slope,
+    memory_summary,
+)
+from trio_batcher_bench.soak_plan import (
+    KINDS,
+    SCHEDULED,
+    STORE_EVERY,
+    Mix,
+    Planned,
+    arrivals,
+    faults_that_may_5xx,
+)
+from trio_batcher_bench.sse import ContentCounter, StreamEnding
 
 # -- what a client saw ------------------------------------------------------------------------
 
@@ -520,7 +520,7 @@ def test_the_soak_is_a_scenario_of_its_own_not_part_of_all() -> None:
 def test_a_very_short_soak_balances_its_books_and_writes_the_rss_series(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     done = subprocess.run(
-        [sys.executable, "-m", "trio_batcher.bench", "--scenario", "soak", "--quick",
+        [sys.executable, "-m", "trio_batcher_bench", "--scenario", "soak", "--quick",
          "--minutes", "0.1", "--out", str(out), "--visuals-json", "", "--no-progress"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

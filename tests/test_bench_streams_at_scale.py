@@ -11,21 +11,21 @@ from pathlib import Path
 
 import trio
 
-from trio_batcher.bench.cpu import CpuUsage
-from trio_batcher.bench.harness import Bench, Options
-from trio_batcher.bench.load import Outcome, Run, Target
-from trio_batcher.bench.progress import Display
-from trio_batcher.bench.report import render_markdown
-from trio_batcher.bench.results import PhaseResult, Report, ScenarioResult, Upstream
-from trio_batcher.bench.scenarios import SCENARIOS
-from trio_batcher.bench.stats import phase_result
-from trio_batcher.bench.streams_at_scale import (
+from trio_batcher_bench.cpu import CpuUsage
+from trio_batcher_bench.harness import Bench, Options
+from trio_batcher_bench.load import Outcome, Run, Target
+from trio_batcher_bench.progress import Display
+from trio_batcher_bench.report import render_markdown
+from trio_batcher_bench.results import PhaseResult, Report, ScenarioResult, Upstream
+from trio_batcher_bench.scenarios import SCENARIOS
+from trio_batcher_bench.stats import phase_result
+from trio_batcher_bench.streams_at_scale import (
     OpenStreams,
     one_stream,
     plan_of,
     run_streams_at_scale,
 )
-from trio_batcher.bench.streams_at_scale_stats import (
+from trio_batcher_bench.streams_at_scale_stats import (
     Plateau,
     RssSample,
     door_summary,
@@ -37,7 +37,7 @@ from trio_batcher.bench.streams_at_scale_stats import (
     steady_gaps,
     steady_window,
 )
-from trio_batcher.bench.wire import encode_request
+from trio_batcher_bench.wire import encode_request
 
 # -- arithmetic --------------------------------------------------------------------------------
 

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trio_batcher.bench.load import Outcome
-from trio_batcher.bench.report import render_markdown
-from trio_batcher.bench.results import Report, ScenarioResult
-from trio_batcher.bench.tenant_stats import (
+from trio_batcher.tenants import hash_key, parse_tenants
+from trio_batcher_bench.load import Outcome
+from trio_batcher_bench.report import render_markdown
+from trio_batcher_bench.results import Report, ScenarioResult
+from trio_batcher_bench.tenant_stats import (
     admitted_between,
     cumulative_admissions,
     statuses,
@@ -22,8 +23,7 @@ from trio_batcher.bench.tenant_stats import (
     tenants_targets,
     weighted_share,
 )
-from trio_batcher.bench.tenants import KEYS, tenants_toml
-from trio_batcher.tenants import hash_key, parse_tenants
+from trio_batcher_bench.tenants import KEYS, tenants_toml
 
 
 def _ok(done: float, intended: float = 0.0) -> Outcome:
@@ -207,7 +207,7 @@ def test_tiny_tenants_run_sheds_only_the_flood_and_reports_the_weighted_admissio
         [
             sys.executable,
             "-m",
-            "trio_batcher.bench",
+            "trio_batcher_bench",
             "--scenario",
             "tenants",
             "--quick",

@@ -1,6 +1,6 @@
 """Two proxy processes sharing one Redis and one simulator: issue 16's live acceptance.
 
-Real ``serve`` processes (``bench.processes.running_stack``, via
+Real ``serve`` processes (the lab's ``trio_batcher_bench.processes.running_stack``, via
 ``cluster_process_support.two_proxies``), so each proxy is its own interpreter, Redis
 connection and instance id, and ``kill -9`` is a real crash. The simulator's traces are the
 judge of what reached the upstream and when (``upstream_calls``: its ``time.monotonic()``,
@@ -39,7 +39,7 @@ from redis_support import RedisServer, running_redis
 from support import SIM_KEY, running_proxy
 
 from trio_batcher import Settings
-from trio_batcher.bench.processes import ProxyServer, SimServer, running_stack
+from trio_batcher_bench.processes import ProxyServer, SimServer, running_stack
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unclosed <MemoryObject:ResourceWarning")
 

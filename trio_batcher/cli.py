@@ -1,6 +1,11 @@
 """``trio-batcher``: serve the proxy, run the simulated upstream, benchmark both, or manage
 tenants' keys (``keys``).
 
+Serving loads the gateway and nothing else: the simulator (``trio_batcher.simulator``, the
+testing package) is imported only by ``serve --simulate`` and ``simulate``, and the benchmark
+lab (``trio_batcher_bench``, a separate distribution in the repository's ``bench/``) only by
+``bench``; ``tests/test_packaging.py`` checks both.
+
 Configuration errors end the process with exit code 2 and one line on stderr naming the
 variable or flag and the problem -- never a traceback -- so a typo in a deployment's
 environment is readable in any log viewer.
@@ -9,6 +14,7 @@ environment is readable in any log viewer.
 from __future__ import annotations
 
 import argparse
+import importlib
 import ipaddress
 import logging
 import os
@@ -16,12 +22,11 @@ import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import trio
 
 from .app import create_app
-from .bench import add_bench_parser, run_bench
 from .runtime import check_files
 from .serving import (
     raise_open_file_limit,
@@ -30,11 +35,13 @@ from .serving import (
     tune_malloc_for_serving,
 )
 from .settings import SPECS, Settings, SettingsError
-from .simulator import SimulatorConfig, run_simulator
 from .store.deployment import is_simulated, simulated_id
 from .tenants import load_tenants
 from .tenants.keys_cli import add_keys_parser, run_keys
 from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
+
+if TYPE_CHECKING:
+    from .simulator import SimulatorConfig
 
 _PROG: Final = "trio-batcher"
 _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
@@ -42,6 +49,13 @@ _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any
 _CLOSE_TIMEOUT_S: Final = 5.0
 # After the drain and hypercorn's close, how long before a stuck process exits anyway.
 _EXIT_MARGIN_S: Final = 5.0
+# The benchmark lab: its own distribution (bench/pyproject.toml), never in the gateway's wheel.
+_LAB: Final = "trio_batcher_bench"
+_LAB_MISSING: Final = (
+    "the benchmark lab is not installed. It is a separate distribution in the repository's "
+    "bench/ directory; from a checkout, install it next to the gateway with "
+    "`pip install -e . -e ./bench` (docs/benchmarks.md)."
+)
 
 
 def _fail(message: str) -> NoReturn:
@@ -103,6 +117,8 @@ def _add_simulator_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
 
 
 def _simulator_config(args: argparse.Namespace, prefix: str, **defaults: float) -> SimulatorConfig:
+    from .simulator import SimulatorConfig  # only --simulate and simulate load the simulator
+
     values: dict[str, Any] = dict(defaults)
     for name, _, _ in _SIM_FLAGS:
         value = getattr(args, prefix + name)
@@ -176,7 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_simulator_flags(simulate, "")
 
-    add_bench_parser(sub)
+    # Listed for --help only: main() hands `bench ...` to the lab before this parser runs, so
+    # the lab's flags are its own and the lab is imported only when asked for.
+    sub.add_parser(
+        "bench",
+        help="benchmark the proxy against the simulator (the lab: pip install -e ./bench)",
+        add_help=False,
+    )
     add_keys_parser(sub)
     # argparse derives dest names with underscores; keep the prefix scheme uniform.
     return parser
@@ -250,6 +272,8 @@ async def _start_simulator(
     args: argparse.Namespace, nursery: trio.Nursery, stop: trio.Event
 ) -> str:
     """Start ``--simulate``'s upstream in ``nursery`` until ``stop``; its base URL."""
+    from .simulator import run_simulator
+
     config = _simulator_config(args, "sim_", ttft_ms=150.0, tokens_per_s=120.0, jitter=0.1)
     host, port = await nursery.start(partial(run_simulator, config, "127.0.0.1", 0, shutdown=stop))
     return f"http://{host}:{port}"
@@ -348,6 +372,8 @@ async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _simulate(args: argparse.Namespace) -> None:
+    from .simulator import run_simulator
+
     stop = trio.Event()
     config = _simulator_config(args, "")
     async with trio.open_nursery() as nursery:
@@ -364,7 +390,25 @@ async def _simulate(args: argparse.Namespace) -> None:
         nursery.cancel_scope.cancel()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _bench(argv: Sequence[str]) -> int:
+    """``trio-batcher bench``: the lab parses its own flags and runs; its exit status.
+
+    Imported here, by name, and only here: the gateway neither ships nor depends on it.
+    """
+    try:
+        lab: Any = importlib.import_module(_LAB)
+    except ModuleNotFoundError as exc:
+        if exc.name != _LAB:
+            raise  # the lab is there but something it needs is not: show what
+        _fail(_LAB_MISSING)
+    args = lab.build_parser(prog=f"{_PROG} bench").parse_args(argv)
+    _configure_logging(args.log_level)
+    status: int = lab.run_bench(args)
+    return status
+
+
+def _run(argv: Sequence[str]) -> None:
+    """Every command but ``bench``: parse, then serve, simulate or manage keys."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve" and hasattr(signal, "SIGHUP"):
@@ -375,49 +419,54 @@ def main(argv: Sequence[str] | None = None) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     serving_workers = args.command == "serve" and (args.workers != 1 or args.worker_fd is not None)
     _configure_logging(args.log_level, with_pid=serving_workers)
+    if args.command == "serve" and args.worker_fd is not None:
+        # The supervisor has checked the command line; the settings come from its env.
+        trio.run(_serve, args, _settings_from(args))
+    elif args.command == "serve":
+        settings = _settings_from(args)
+        if not args.simulate and not settings.anthropic_api_key:
+            _fail(
+                "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
+                "`trio-batcher serve --simulate` (a built-in simulated upstream)."
+            )
+        if not args.simulate and is_simulated(settings.deployment_id):
+            _fail(
+                f"DEPLOYMENT_ID {settings.deployment_id!r} is reserved for `serve "
+                "--simulate`, whose state never mixes with a real upstream's; choose "
+                "another name."
+            )
+        if (
+            not _is_loopback(args.host)
+            and not _keys_required(settings)
+            and not args.allow_unauthenticated
+        ):
+            _fail(
+                f"refusing to bind non-loopback --host {args.host} without client keys; set "
+                "PROXY_API_KEYS or give tenants keys in TENANTS_FILE, or pass "
+                "--allow-unauthenticated."
+            )
+        if not 0 <= args.port <= 65535:
+            _fail(f"--port must be between 0 and 65535, got {args.port}")
+        if args.workers < 1:
+            _fail(f"--workers must be at least 1, got {args.workers}")
+        if args.workers > 1 and os.name != "posix":
+            _fail("--workers needs a POSIX system (the socket is passed to each worker)")
+        if args.workers == 1:
+            trio.run(_serve, args, settings)
+        else:
+            raise SystemExit(trio.run(_supervise, args, settings))
+    elif args.command == "simulate":
+        trio.run(_simulate, args)
+    elif args.command == "keys":
+        raise SystemExit(run_keys(args))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args.command == "serve" and args.worker_fd is not None:
-            # The supervisor has checked the command line; the settings come from its env.
-            trio.run(_serve, args, _settings_from(args))
-        elif args.command == "serve":
-            settings = _settings_from(args)
-            if not args.simulate and not settings.anthropic_api_key:
-                _fail(
-                    "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
-                    "`trio-batcher serve --simulate` (a built-in simulated upstream)."
-                )
-            if not args.simulate and is_simulated(settings.deployment_id):
-                _fail(
-                    f"DEPLOYMENT_ID {settings.deployment_id!r} is reserved for `serve "
-                    "--simulate`, whose state never mixes with a real upstream's; choose "
-                    "another name."
-                )
-            if (
-                not _is_loopback(args.host)
-                and not _keys_required(settings)
-                and not args.allow_unauthenticated
-            ):
-                _fail(
-                    f"refusing to bind non-loopback --host {args.host} without client keys; set "
-                    "PROXY_API_KEYS or give tenants keys in TENANTS_FILE, or pass "
-                    "--allow-unauthenticated."
-                )
-            if not 0 <= args.port <= 65535:
-                _fail(f"--port must be between 0 and 65535, got {args.port}")
-            if args.workers < 1:
-                _fail(f"--workers must be at least 1, got {args.workers}")
-            if args.workers > 1 and os.name != "posix":
-                _fail("--workers needs a POSIX system (the socket is passed to each worker)")
-            if args.workers == 1:
-                trio.run(_serve, args, settings)
-            else:
-                raise SystemExit(trio.run(_supervise, args, settings))
-        elif args.command == "simulate":
-            trio.run(_simulate, args)
-        elif args.command == "bench":
-            raise SystemExit(run_bench(args))
-        elif args.command == "keys":
-            raise SystemExit(run_keys(args))
+        if argv[:1] == ["bench"]:
+            raise SystemExit(_bench(argv[1:]))
+        _run(argv)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (OSError, BaseExceptionGroup) as exc:

@@ -23,9 +23,10 @@ to the actual count and the cost is added to the tenant's spend. ``refund()`` gi
 buckets back for a request that never reached the upstream (shed by the gate or by a
 cooldown). Both are idempotent per grant.
 
-The estimate is the simulator's tokenizer (four characters a token) over the body sent
-upstream -- input only, since output is unknown until it is produced; the bucket then
-runs into debt by the output, which holds the tenant's next requests back by that much.
+The estimate is ``token_estimate.tokens_for`` (four characters a token, the simulator's
+rule too) over the body sent upstream -- input only, since output is unknown until it is
+produced; the bucket then runs into debt by the output, which holds the tenant's next
+requests back by that much.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from typing import Any, Final, Protocol, final
 from ..admission.gate import TenantShare
 from ..errors import ProxyError
 from ..observatory.pricing import PriceTable, TokenUsage
-from ..simulator.prompt import tokens_for
 from ..tenants import ANONYMOUS, Charge, Limited, OverBudget, Tenant, TenantRateLimits
+from ..token_estimate import tokens_for
 from ..upstream.request import UpstreamRequest
 
 __all__ = ["Budgets", "TenantGrant", "TenantGuard"]
@@ -201,7 +202,7 @@ class TenantGuard:
 
 
 def _estimate(request: UpstreamRequest) -> int:
-    """Input tokens, by the simulator's tokenizer over what goes upstream."""
+    """Input tokens, four characters a token, over what goes upstream."""
     if request.content is not None:
         return tokens_for(len(request.content))
     return tokens_for(len(json.dumps(request.body, ensure_ascii=False)))

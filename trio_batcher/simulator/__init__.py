@@ -1,6 +1,11 @@
 """A simulated Anthropic Messages API: ``trio-batcher serve --simulate`` and the benchmark's
 upstream, faithful enough that the official ``anthropic`` SDK parses everything it sends.
 
+The testing package, as ``trio.testing`` is trio's: public, shipped, and imported only by
+``serve --simulate``, ``simulate`` and tests -- serving without ``--simulate`` never loads it
+(``tests/test_packaging.py``). It depends on the gateway (``serving``, ``json_text``,
+``token_estimate``), never the other way round.
+
 See ``app.py`` for the request flow and the routes (``messages_route.py`` for
 ``POST /v1/messages``), ``validation.py`` (its parts in the ``*_checks.py`` modules, and
 ``betas.py`` for what ``anthropic-beta`` unlocks) for what it refuses, ``replies.py`` (and

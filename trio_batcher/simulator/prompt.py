@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
+from ..token_estimate import tokens_for
+
 _PROMPT_KEYS: Final = ("tools", "system", "messages")
 _NOT_PARAMS: Final = frozenset({*_PROMPT_KEYS, "stream"})
 _TTL_SECONDS: Final[Mapping[str, float]] = {"5m": 300.0, "1h": 3600.0}
@@ -32,11 +34,6 @@ _TTL_SECONDS: Final[Mapping[str, float]] = {"5m": 300.0, "1h": 3600.0}
 
 def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def tokens_for(chars: int) -> int:
-    """The simulator's tokenizer: about four characters a token, at least one."""
-    return max(1, chars // 4)
 
 
 @final

@@ -21,7 +21,9 @@
    * The data a page shows. When the page is served over HTTP, `data/<name>.json` is
    * fetched (it may be newer than the bundled script); otherwise, or when that fails,
    * `data/<name>.js` is loaded, which sets `window[globalName]`.
-   * Resolves to {data, from} where `from` names the file actually used.
+   * Resolves to {data, from} where `from` names the file actually used. When neither file
+   * is there -- an installed wheel carries no recorded runs, they stay in the repository's
+   * visuals/data/ -- rejects with an error marked `noData`, which showError words as such.
    */
   async function loadData(name, globalName) {
     if (served) {
@@ -32,7 +34,21 @@
         /* fall back to the bundled script below */
       }
     }
-    if (window[globalName] === undefined) await loadScript("data/" + name + ".js");
+    if (window[globalName] === undefined) {
+      try {
+        await loadScript("data/" + name + ".js");
+      } catch (e) {
+        throw Object.assign(
+          new Error(
+            "No recorded data (data/" + name + "): recorded runs stay in the " +
+              "repository's visuals/data/ (a checkout, or an editable install, serves them); " +
+              "an installed package carries none. `trio-batcher bench` records a run there " +
+              "(the lab: pip install -e ./bench).",
+          ),
+          { noData: true },
+        );
+      }
+    }
     if (window[globalName] === undefined) throw new Error("data/" + name + ".js did not set " + globalName);
     return { data: window[globalName], from: "data/" + name + ".js" };
   }
@@ -117,7 +133,11 @@
   }
 
   function showError(where, err) {
-    const box = h("div", { class: "banner error", "data-testid": "load-error" }, h("span", { class: "dot error" }), String(err && err.message ? err.message : err));
+    const text = String(err && err.message ? err.message : err);
+    const box =
+      err && err.noData
+        ? h("div", { class: "banner saved", "data-testid": "no-data" }, text)
+        : h("div", { class: "banner error", "data-testid": "load-error" }, h("span", { class: "dot error" }), text);
     where.prepend(box);
   }
 

@@ -1,10 +1,15 @@
-"""``trio-batcher bench``: the simulator and the proxy as real processes, real load, a report.
+"""The benchmark lab: the simulator and the proxy as real processes, real load, a report.
 
-Public surface: ``add_bench_parser(subparsers)`` adds the ``bench`` subcommand to the CLI,
-``run_bench(args)`` runs it and returns the exit status (0: every scenario's checks held;
-1: a check failed or a scenario broke; 128 + N: stopped by signal N, e.g. 130 for Ctrl-C).
-``python -m trio_batcher.bench`` runs it stand-alone. See docs/benchmarks.md for the method
-and the report's schema.
+A separate distribution (``trio-batcher-bench``, ``bench/`` in the repository), never part of
+the gateway's wheel: it drives an installed ``trio-batcher`` as any client would, through its
+command line and its sockets, importing only the few of its modules it measures or reuses
+(the settings table, ``percentile``, the upstream pool the floor runs on). ``trio-batcher
+bench`` imports the lab by name when asked for it.
+
+Public surface: ``build_parser(prog)`` is the parser of its flags, ``run_bench(args)`` runs it
+and returns the exit status (0: every scenario's checks held; 1: a check failed or a scenario
+broke; 128 + N: stopped by signal N, e.g. 130 for Ctrl-C). ``python -m trio_batcher_bench``
+runs it stand-alone. See docs/benchmarks.md for the method and the report's schema.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from .report import write_report
 from .results import Report, ScenarioResult
 from .scenarios import SCENARIOS
 
-__all__ = ["SCENARIOS", "add_bench_parser", "build_parser", "run_bench"]
+__all__ = ["SCENARIOS", "build_parser", "run_bench"]
 
 DEFAULT_OUT = "bench-results/latest.json"
 DEFAULT_VISUALS_JSON = "visuals/data/results.json"
@@ -153,24 +158,15 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_bench_parser(subparsers: Any) -> None:
-    """Add ``bench`` to the CLI's subcommands (``subparsers`` from ``add_subparsers()``)."""
-    parser = subparsers.add_parser(
-        "bench",
-        help="benchmark the proxy against the simulator (separate processes, real sockets)",
+def build_parser(prog: str = "python -m trio_batcher_bench") -> argparse.ArgumentParser:
+    """The parser of the lab's flags: ``trio-batcher bench`` and ``python -m trio_batcher_bench``."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
         description=(
             "Start the simulated upstream and the proxy as separate processes on loopback, "
             "drive load, reconcile what the clients saw with the proxy's /metrics, and write "
             "a JSON and a markdown report. Exits 1 if any scenario's checks fail."
         ),
-    )
-    _add_arguments(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The stand-alone parser of ``python -m trio_batcher.bench``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m trio_batcher.bench", description="Benchmark trio-batcher."
     )
     _add_arguments(parser)
     return parser

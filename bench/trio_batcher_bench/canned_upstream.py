@@ -14,7 +14,7 @@ It is not an HTTP server anyone should use: it reads a request head and a ``Cont
 body and answers; that is all a gateway under test sends it. It runs in the bench only,
 never on the proxy's path.
 
-    python -m trio_batcher.bench.canned_upstream --port 8020 --ttft-ms 50 --tokens-per-s 100
+    python -m trio_batcher_bench.canned_upstream --port 8020 --ttft-ms 50 --tokens-per-s 100
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ drives it with the direct load, so its CPU per request is what the required stac
 hypercorn, h11, httpcore2) costs on this machine before the proxy does anything -- the
 line under which no amount of work on trio-batcher's own code can bring the proxy.
 
-    python -m trio_batcher.bench.floor --port 8010 --upstream http://127.0.0.1:8011
+    python -m trio_batcher_bench.floor --port 8010 --upstream http://127.0.0.1:8011
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import trio
 
-from ..serving import serve_app, tune_gc_for_serving
-from ..upstream.pool import UpstreamPool
+from trio_batcher.serving import serve_app, tune_gc_for_serving
+from trio_batcher.upstream.pool import UpstreamPool
 
 _PASS_HEADERS = (b"content-type", b"x-api-key", b"anthropic-version")
 
@@ -74,7 +74,7 @@ async def _main(port: int, upstream: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m trio_batcher.bench.floor")
+    parser = argparse.ArgumentParser(prog="python -m trio_batcher_bench.floor")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""``python -m trio_batcher.bench``: the bench without the rest of the CLI."""
+"""``python -m trio_batcher_bench``: the bench without the rest of the CLI."""
 
 from __future__ import annotations
 

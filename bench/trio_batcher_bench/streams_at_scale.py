@@ -37,8 +37,9 @@ from typing import Final, Literal, final
 
 import trio
 
-from ..observatory.gc_pauses import GcPauses
-from ..serving import raise_open_file_limit
+from trio_batcher.observatory.gc_pauses import GcPauses
+from trio_batcher.serving import raise_open_file_limit
+
 from .cpu import process_cpu_seconds
 from .harness import Bench, Driver, target_for, target_result
 from .load import Outcome, Run, Tally, Target, follow_stream, tallied

@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..observatory.metrics import percentile
+from trio_batcher.observatory.metrics import percentile
+
 from .cpu import CpuUsage
 from .load import Outcome, Run
 from .results import (

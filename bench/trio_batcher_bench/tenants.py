@@ -48,7 +48,8 @@ from typing import Any, Final
 
 import trio
 
-from ..tenants import hash_key
+from trio_batcher.tenants import hash_key
+
 from .harness import MODEL, Bench, Phase
 from .load import Outcome, Run, Tally, Target, closed_loop, open_loop
 from .processes import Stack, running_stack

@@ -17,7 +17,8 @@ from typing import Any, Final
 
 import trio
 
-from ..store import SQLiteResponseStore
+from trio_batcher.store import SQLiteResponseStore
+
 from .load import Tally
 from .processes import ProxyServer, SimServer
 from .soak_client import FreshPool

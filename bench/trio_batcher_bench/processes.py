@@ -37,7 +37,7 @@ from typing import Any, Final, final
 import httpx2
 import trio
 
-from ..settings import SPECS
+from trio_batcher.settings import SPECS
 
 __all__ = [
     "SIM_KEY",
@@ -327,7 +327,7 @@ async def running_stack(
                 log_dir,
                 port,
                 children,
-                module="trio_batcher.bench.canned_upstream",
+                module="trio_batcher_bench.canned_upstream",
             )
             waits.append((stack.canned, "/"))
         for name, settings in proxies.items():
@@ -369,7 +369,7 @@ async def running_stack(
                 log_dir,
                 port,
                 children,
-                module="trio_batcher.bench.floor",
+                module="trio_batcher_bench.floor",
             )
             waits.append((stack.floor, "/"))
         await _all_ready(waits, http)
