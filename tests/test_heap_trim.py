@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batcher import serving
+from trio_batcher.serving import server as serving
 
 
 def _counting(calls: list[tuple[float, int]]) -> object:

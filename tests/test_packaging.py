@@ -35,10 +35,16 @@ from trio_batcher.settings import SPECS
 ROOT = Path(__file__).resolve().parent.parent
 # What serving must never load: the simulator (a testing package) and the lab.
 _FORBIDDEN = ("trio_batcher.simulator", "trio_batcher.bench", "trio_batcher_bench")
+# What importing the app adds: an editable install of the lab (the nox sessions make one)
+# loads its import hook (``__editable___trio_batcher_bench_..._finder``) when the
+# interpreter starts, before and whatever the gateway imports.
 _LOADED = (
-    "import json, sys, trio_batcher.asgi\n"
+    "import json, sys\n"
+    "before = set(sys.modules)\n"
+    "import trio_batcher.asgi\n"
     "print(trio_batcher.__file__)\n"
-    "print(json.dumps([m for m in sys.modules if 'bench' in m or 'simulat' in m]))\n"
+    "print(json.dumps([m for m in sys.modules if m not in before\n"
+    "                  and ('bench' in m or 'simulat' in m)]))\n"
 )
 # Runs the command line, then writes every module the process loaded to argv[1] as it exits.
 _SERVE_AND_DUMP = (

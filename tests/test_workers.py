@@ -27,14 +27,14 @@ import psutil
 import pytest
 import trio
 
-from trio_batcher.settings import SPECS
-from trio_batcher.tenants import hash_key
-from trio_batcher.workers import (
+from trio_batcher.serving.workers import (
     RestartBackoff,
     sighup_set_aside,
     worker_environment,
     worker_share,
 )
+from trio_batcher.settings import SPECS
+from trio_batcher.tenants import hash_key
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello"}]}
 # Two seconds of stream: 40 tokens at 20 tokens/s (simulator directive, see simulator/faults.py).

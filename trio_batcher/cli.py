@@ -29,8 +29,11 @@ import trio
 from .app import create_app
 from .runtime import check_files
 from .serving import (
+    Supervisor,
+    drain_when_supervisor_leaves,
     raise_open_file_limit,
     serve_app,
+    serve_plan,
     tune_gc_for_serving,
     tune_malloc_for_serving,
 )
@@ -38,7 +41,6 @@ from .settings import SPECS, Settings, SettingsError
 from .store.deployment import is_simulated, simulated_id
 from .tenants import load_tenants
 from .tenants.keys_cli import add_keys_parser, run_keys
-from .workers import Supervisor, drain_when_supervisor_leaves, serve_plan
 
 if TYPE_CHECKING:
     from .simulator import SimulatorConfig

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, Final
 
-from .._settings_parsers import header_secrets
+from ..settings import header_secrets
 from .keys_edit import KeysEditError, add_key
 from .keys_file import TenantsFileError, load_tenants
 

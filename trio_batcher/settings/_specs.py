@@ -3,7 +3,7 @@
 ``SPECS`` is the single source the environment reader, the CLI flags and the documentation
 check derive from, so a setting cannot exist in one place and be missing in another. The
 environment names are kept from the original llm-batcher so its users' deployments carry
-over. ``Settings`` (in ``settings.py``) repeats each default as a typed field; an import-time
+over. ``Settings`` (in ``_model``) repeats each default as a typed field; an import-time
 check there fails if the two ever disagree.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import _settings_parsers as parsers
+from . import _parsers as parsers
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ Every knob is declared once in ``SPECS``: its environment name (kept from the or
 llm-batcher so its users' deployments carry over), its parser, its default and a one-line
 description. The environment reader, the CLI flags (``--batch-max-size`` for
 ``BATCH_MAX_SIZE``) and the documentation check all derive from that table, so a setting
-cannot exist in one place and be missing in another. The table is ``_settings_specs``, the
-parsers it names are ``_settings_parsers``; this module is the typed object built from them,
+cannot exist in one place and be missing in another. The table is ``_specs``, the
+parsers it names are ``_parsers``; this module is the typed object built from them,
 its cross-setting rules and the public face (``SPECS`` and ``SettingSpec`` re-exported).
 
 A bad value raises ``SettingsError`` naming the variable and the problem; the CLI turns it
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._settings_parsers import ANTHROPIC_VERSIONS as ANTHROPIC_VERSIONS
-from ._settings_specs import MIB
-from ._settings_specs import SPECS as SPECS
-from ._settings_specs import SettingSpec as SettingSpec
+from ._parsers import ANTHROPIC_VERSIONS as ANTHROPIC_VERSIONS
+from ._specs import MIB
+from ._specs import SPECS as SPECS
+from ._specs import SettingSpec as SettingSpec
 
 
 @final

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
-from .serving import LISTEN_BACKLOG
+from .server import LISTEN_BACKLOG
 
 __all__ = [
     "KILL_MARGIN_S",
