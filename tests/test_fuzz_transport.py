@@ -193,6 +193,6 @@ async def test_count_tokens_stays_outside_the_request_totals_however_it_ends() -
         before = await gw.requests_total()
         await gw.raw(_head(COUNT_TOKENS, b"content-length: 100\r\n") + b"{", then="close")
         await _accounted_for(gw, before)
-        metrics = (await gw.http.get(f"{gw.url}/metrics")).json()
+        metrics = (await gw.http.get(f"{gw.url}/metrics", headers=gw.auth)).json()
     assert metrics["by_surface"]["anthropic.count_tokens"]["requests"]["total"] == 3
     assert metrics["requests"]["total"] == 0, metrics["requests"]
