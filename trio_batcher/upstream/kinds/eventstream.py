@@ -30,11 +30,10 @@ import json
 from typing import Any, Final, final
 
 from ...errors import ProxyError
+from ..resilience import StreamEvent
 from .bedrock import bedrock_error_type, classify, error_message
 
 __all__ = ["EventStreamDecoder"]
-
-StreamEvent = tuple[str, dict[str, Any], str]
 
 _PROTOCOL_ERROR: Final = "upstream_protocol_error"
 
