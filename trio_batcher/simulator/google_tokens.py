@@ -2,7 +2,7 @@
 
 google-auth's service-account credentials sign a JWT assertion (RS256, ``iss`` the account's
 ``client_email``, ``aud`` the ``token_uri``, ``scope``, ``iat``/``exp`` at most an hour apart)
-with the account's private key and POST it to the JSON's ``token_uri`` as
+with the account's private key (``aud`` is Google's endpoint or the ``token_uri``) and POST it to the JSON's ``token_uri`` as
 ``grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=...``. Pointing
 ``token_uri`` at the simulator's ``POST /token`` lets a test run the real flow: the
 assertion is verified with the configured public key (``SimulatorConfig.vertex_*``), and an
@@ -25,6 +25,8 @@ from collections import OrderedDict
 from typing import Any, Final, final
 
 JWT_BEARER: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+# google-auth addresses every assertion to Google's endpoint, whatever the ``token_uri``.
+GOOGLE_TOKEN_URI: Final = "https://oauth2.googleapis.com/token"
 CLOUD_PLATFORM: Final = "https://www.googleapis.com/auth/cloud-platform"
 MAX_TOKENS: Final = 10_000
 # Google accepts assertions issued up to a few minutes off its clock.
@@ -64,7 +66,7 @@ class GoogleTokens:
         now = time.time()
         if claims.get("iss") != self._email:
             raise GrantRefused("Invalid JWT Signature.")
-        if claims.get("aud") != audience:
+        if claims.get("aud") not in (audience, GOOGLE_TOKEN_URI):
             raise GrantRefused("Invalid JWT: Failed audience check.")
         iat, exp = claims.get("iat"), claims.get("exp")
         if (
