@@ -15,6 +15,12 @@ enforced request/token rate limits, ``overload.py`` for 529 overload windows, ``
 for ``/_sim/stats`` and ``received.py`` for ``/_sim/requests``, the log of what the
 simulator received (method, path, query, every header, the body) that lets a gateway test
 assert what reached the upstream.
+
+The same app also serves Claude as the clouds do, through the same Messages core:
+Amazon Bedrock (``bedrock_route.py``: SigV4 checked with botocore's signer, AWS
+event-stream framing) and Google Vertex AI (``vertex_route.py``: rawPredict,
+streamRawPredict, count-tokens, and ``POST /token``, an OAuth endpoint for service-account
+JWT assertions); ``cloud_errors.py`` says how refusals read on each.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..serving import serve_app
 from .batches_route import add_batch_routes
+from .bedrock_route import add_bedrock_routes, is_bedrock_invoke
 from .config import SimulatorConfig
 from .errors import SimulatorError
 from .messages_route import handle_messages
@@ -51,6 +52,7 @@ from .request_io import (
 from .state import SimulatorState
 from .stats import Trace
 from .validation import validate_count_tokens_request
+from .vertex_route import add_vertex_routes, is_vertex_predict
 
 
 @final
@@ -78,7 +80,12 @@ class SimulatorApp(QuartTrio):
         extras = cast(dict[str, Any], scope)
         extras[REQUEST_ID_KEY] = request_id
         entry = state.received.record(scope, request_id)
-        tracked = scope["method"] == "POST" and scope["path"] == "/v1/messages"
+        path = scope["path"]
+        bedrock = is_bedrock_invoke(path)
+        anthropic = not (bedrock or path.startswith("/v1/projects/") or path == "/token")
+        tracked = scope["method"] == "POST" and (
+            path == "/v1/messages" or bedrock or is_vertex_predict(path)
+        )
         trace = Trace(request_id, time.monotonic())
         if tracked:
             extras[TRACE_KEY] = trace
@@ -90,7 +97,12 @@ class SimulatorApp(QuartTrio):
                 trace.status = status
                 if entry is not None:
                     entry.status = status
-                extra = state.response_headers(request_id, status)
+                if anthropic:
+                    extra = state.response_headers(request_id, status)
+                elif bedrock:
+                    extra = [(b"x-amzn-requestid", request_id.encode())]
+                else:
+                    extra = []
                 message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
@@ -148,6 +160,8 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
             return error_response(error)
 
     add_batch_routes(app, state)
+    add_bedrock_routes(app, state)
+    add_vertex_routes(app, state)
 
     @app.get("/v1/models")
     async def models() -> Response:

@@ -58,6 +58,22 @@ class SimulatorConfig:
         unprocessed requests ``expired`` (the real API's 24 hours by default).
       batch_entries: how many Message Batches are kept; creating one more forgets the
         oldest ended batch, and with none ended, is refused with 429.
+      aws_access_key_id, aws_secret_access_key, aws_region: the one AWS identity the
+        simulated Bedrock (``bedrock_route.py``) knows: it recomputes each request's SigV4
+        signature with them (service ``bedrock``, this region). The defaults are
+        placeholders a test or ``serve --simulate`` gives its client.
+      aws_clock_skew_s: a SigV4 ``X-Amz-Date`` further than this from now is refused
+        (AWS allows 5 minutes).
+      bedrock_api_keys: Bedrock API keys (``Authorization: Bearer``, the SDK's ``api_key``
+        / ``AWS_BEARER_TOKEN_BEDROCK``) accepted instead of a signature.
+      vertex_project: the Google Cloud project the simulated Vertex AI serves; another
+        project is a 403 ``PERMISSION_DENIED``.
+      vertex_region: the only region served; ``None`` serves any.
+      vertex_client_email, vertex_public_key_pem: the service account whose signed JWT
+        assertions ``POST /token`` exchanges for access tokens (``google_tokens.py``);
+        without a key no assertion is accepted.
+      vertex_token_lifetime_s: how long an access token lives (``expires_in``); tests
+        shorten it to see an expired token refused.
     """
 
     ttft_ms: float = 0
@@ -82,6 +98,16 @@ class SimulatorConfig:
     batch_request_s: float = 0
     batch_expiry_s: float = 24 * 3600.0
     batch_entries: int = 100
+    aws_access_key_id: str = "AKIASIMULATEDBEDROCK"
+    aws_secret_access_key: str = "simulated-bedrock-secret-key"
+    aws_region: str = "us-east-1"
+    aws_clock_skew_s: float = 300.0
+    bedrock_api_keys: frozenset[str] = field(default_factory=frozenset)
+    vertex_project: str = "simulated-project"
+    vertex_region: str | None = None
+    vertex_client_email: str | None = None
+    vertex_public_key_pem: str | None = None
+    vertex_token_lifetime_s: float = 3600.0
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "tokens_per_s", "retry_after_s"):
@@ -111,6 +137,10 @@ class SimulatorConfig:
         if every > 0 and length >= every:
             raise ValueError("SimulatorConfig.overload_for_s must be shorter than overload_every_s")
         for name in ("batch_processing_s", "batch_request_s", "batch_expiry_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"SimulatorConfig.{name} must be >= 0")
+        for name in ("aws_clock_skew_s", "vertex_token_lifetime_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"SimulatorConfig.{name} must be >= 0")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any, cast
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, cast, final
 
 import trio
 from quart import Response, request
@@ -26,7 +26,6 @@ from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_fault
 from .latency import reply_delay, schedule
 from .models import DEFAULT_MAX_OUTPUT_TOKENS, find_model
 from .prompt import InputUsage, analyse_prompt
-from .reply_data import Reply
 from .request_io import (
     TRACE_KEY,
     check_headers,
@@ -47,61 +46,104 @@ async def handle_messages(state: SimulatorState) -> Response:
     then faults (directives, then one draw from the configured rates), then the reply on the
     latency model's schedule. Every way out closes the trace."""
     config = state.config
-    trace: Trace = cast(dict[str, Any], request.scope)[TRACE_KEY]
-    # The latency model counts from the request's arrival, on trio's clock.
-    base = trio.current_time() - (time.monotonic() - trace.started_at)
+    trace, base = request_trace()
     try:
         api_version = check_headers(config)
         raw, body = await read_json(config)
-        validate_messages_request(body, api_version=api_version, betas=request_betas())
-        _check_model(body)
-        header = request.headers.get(FAULT_HEADER)
-        faults = parse_faults(header) if header else NO_FAULTS
-        faults = faults.merged(embedded_faults(body))
-        trace.stream = body.get("stream") is True
-        if state.transient_spent(faults):
-            faults = NO_FAULTS
-        prompt = analyse_prompt(body, seed=config.seed, cache_hint=b"cache_control" in raw)
-        reply_tokens = config.reply_tokens if faults.tokens is None else faults.tokens
-        reply, content = state.reply(body, prompt, InputUsage(prompt.input_tokens), reply_tokens)
-        _check_pressure(state, trace, prompt.input_tokens + reply.output_tokens)
-        state.use_transient(faults)
-        drawn = draw_status(config, state.rng)
-        if faults is not NO_FAULTS:
-            trace.fault = faults.describe()
-        elif drawn:
-            trace.fault = f"status={drawn}"
-        if faults.hang:
-            await trio.sleep_forever()
-        status = faults.status or drawn
-        if status:
-            error = _fault_error(status, faults, config)
-            trace.retry_after = _retry_after_of(error)
-            raise error
-
-        usage = state.cache.usage(prompt, now=time.monotonic())
-        reply = replace(reply, input_usage=usage)
-        trace.output_tokens = reply.output_tokens
-        latency = faults.latency_config(config)
-        offsets = schedule(reply.token_pieces, latency, state.rng)
-        message_id = "msg_sim" + os.urandom(12).hex()
-        if trace.stream:
-            events = render_stream(reply, message_id, content())
-            trace.status = 200
-            body_iter = stream_body(state.stats, trace, events, offsets, base, faults)
-            response = Response(
-                body_iter, status=200, content_type="text/event-stream; charset=utf-8"
-            )
-            response.headers["cache-control"] = "no-cache"
-            response.timeout = None
-            return response
-        deadline = base + reply_delay(offsets, latency)
-        if deadline > trio.current_time():
-            await trio.sleep_until(deadline)
-        return _reply_response(state, trace, reply, message_id)
+        answer = await answer_messages(state, trace, base, raw, body, api_version, request_betas())
+        if answer.events is None:
+            return json_response(answer.message)
+        response = Response(
+            answer.events, status=200, content_type="text/event-stream; charset=utf-8"
+        )
+        response.headers["cache-control"] = "no-cache"
+        response.timeout = None
+        return response
     except SimulatorError as error:
         state.stats.finish(trace, "error", error.status)
         return error_response(error)
+
+
+def request_trace() -> tuple[Trace, float]:
+    """The request's trace, and its arrival on trio's clock (the latency model counts from
+    there)."""
+    trace: Trace = cast(dict[str, Any], request.scope)[TRACE_KEY]
+    return trace, trio.current_time() - (time.monotonic() - trace.started_at)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A reply to a Messages request: the message (JSON) or, for a stream, its SSE body.
+
+    The clouds' routes (``bedrock_route.py``, ``vertex_route.py``) reuse everything from
+    validation to delivery and only re-wrap this."""
+
+    message: dict[str, Any]
+    events: AsyncIterator[bytes] | None = None
+
+
+async def answer_messages(
+    state: SimulatorState,
+    trace: Trace,
+    base: float,
+    raw: bytes,
+    body: dict[str, Any],
+    api_version: str,
+    betas: frozenset[str],
+) -> Answer:
+    """Validation, fault directive syntax, rate limits, overload, faults, then the reply on
+    the latency model's schedule (a JSON reply after its whole delay; a stream paced by
+    ``delivery.py``, which closes the trace itself). A non-stream answer closes the trace.
+
+    Raises:
+      SimulatorError: a refusal or an injected fault, in Anthropic's terms (the caller
+        closes the trace and renders it in its own dialect).
+    """
+    config = state.config
+    validate_messages_request(body, api_version=api_version, betas=betas)
+    _check_model(body)
+    header = request.headers.get(FAULT_HEADER)
+    faults = parse_faults(header) if header else NO_FAULTS
+    faults = faults.merged(embedded_faults(body))
+    trace.stream = body.get("stream") is True
+    if state.transient_spent(faults):
+        faults = NO_FAULTS
+    prompt = analyse_prompt(body, seed=config.seed, cache_hint=b"cache_control" in raw)
+    reply_tokens = config.reply_tokens if faults.tokens is None else faults.tokens
+    reply, content = state.reply(body, prompt, InputUsage(prompt.input_tokens), reply_tokens)
+    _check_pressure(state, trace, prompt.input_tokens + reply.output_tokens)
+    state.use_transient(faults)
+    drawn = draw_status(config, state.rng)
+    if faults is not NO_FAULTS:
+        trace.fault = faults.describe()
+    elif drawn:
+        trace.fault = f"status={drawn}"
+    if faults.hang:
+        await trio.sleep_forever()
+    status = faults.status or drawn
+    if status:
+        error = _fault_error(status, faults, config)
+        trace.retry_after = _retry_after_of(error)
+        raise error
+
+    usage = state.cache.usage(prompt, now=time.monotonic())
+    reply = replace(reply, input_usage=usage)
+    trace.output_tokens = reply.output_tokens
+    latency = faults.latency_config(config)
+    offsets = schedule(reply.token_pieces, latency, state.rng)
+    message_id = "msg_sim" + os.urandom(12).hex()
+    if trace.stream:
+        events = render_stream(reply, message_id, content())
+        trace.status = 200
+        return Answer({}, stream_body(state.stats, trace, events, offsets, base, faults))
+    deadline = base + reply_delay(offsets, latency)
+    if deadline > trio.current_time():
+        await trio.sleep_until(deadline)
+    message = reply.message_json(message_id)
+    trace.first_token_at = time.monotonic()
+    state.stats.finish(trace, "completed", 200)
+    return Answer(message)
 
 
 def _check_model(body: Mapping[str, Any]) -> None:
@@ -164,13 +206,6 @@ def _check_pressure(state: SimulatorState, trace: Trace, cost: int) -> None:
 def _retry_after_of(error: SimulatorError) -> float | None:
     raw = error.headers.get("retry-after")
     return None if raw is None else float(raw)
-
-
-def _reply_response(state: SimulatorState, trace: Trace, reply: Reply, message_id: str) -> Response:
-    response = json_response(reply.message_json(message_id))
-    trace.first_token_at = time.monotonic()
-    state.stats.finish(trace, "completed", 200)
-    return response
 
 
 def _fault_error(status: int, faults: Faults, config: SimulatorConfig) -> SimulatorError:
