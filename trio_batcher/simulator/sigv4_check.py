@@ -144,9 +144,9 @@ def _signature(
     amz_date: str,
 ) -> str:
     """botocore's signature for the request as received, at its own ``X-Amz-Date``."""
-    from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-    from botocore.credentials import Credentials  # type: ignore[import-untyped]
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
 
     wanted = set(signed_names)
     signed = [(name, value) for name, value in headers if name in wanted]

@@ -36,6 +36,7 @@ from ..errors import ProxyError, error_body
 
 __all__ = [
     "client_status",
+    "error_type_for_status",
     "openai_error_body",
     "ratelimit_headers",
     "status_for_error_type",
@@ -81,6 +82,37 @@ _STATUS_FOR_TYPE: Final[Mapping[str, int]] = {
 }
 
 _RESOURCES: Final = ("requests", "tokens", "input-tokens", "output-tokens")
+
+# The error type Anthropic uses for each status; ours follow the same table.
+_TYPE_FOR_STATUS: Final[Mapping[int, str]] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    431: "request_too_large",
+    500: "api_error",
+    502: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def error_type_for_status(status: int) -> str:
+    """The Anthropic error ``type`` for a status, as Anthropic uses them (``api_error`` for
+    another 5xx, ``invalid_request_error`` for another 4xx): what an Anthropic-shaped error
+    of ours, or a cloud's error restated in Anthropic's terms, says."""
+    found = _TYPE_FOR_STATUS.get(status)
+    if found is not None:
+        return found
+    return "api_error" if status >= 500 else "invalid_request_error"
 
 
 def status_for_error_type(kind: object) -> int:

@@ -23,29 +23,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ...errors import ProxyError
+from ...upstream.errors import error_type_for_status
 
 __all__ = ["error_object", "error_reply", "relayed_headers"]
 
-# The error type Anthropic uses for each status; ours follow the same table.
-_TYPE_FOR_STATUS: Final[Mapping[int, str]] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    408: "timeout_error",
-    409: "conflict_error",
-    413: "request_too_large",
-    415: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    431: "request_too_large",
-    500: "api_error",
-    502: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
 # Statuses of the gateway's own making that no retry can fix.
 _FINAL: Final = frozenset({400, 401, 403, 404, 405, 413, 415, 422, 431})
 # Upstream response headers an Anthropic client reads on an error, relayed as they are.
@@ -77,7 +58,7 @@ def error_object(exc: ProxyError) -> dict[str, Any]:
     """``{"type": "error", "error": {"type", "message"}}`` for a gateway-made error."""
     return {
         "type": "error",
-        "error": {"type": _anthropic_type(exc, _status(exc)), "message": exc.message},
+        "error": {"type": error_type_for_status(_status(exc)), "message": exc.message},
     }
 
 
@@ -109,13 +90,6 @@ def _status(exc: ProxyError) -> int:
     if exc.status == 503:
         return 529  # shutting down, a cooldown, starting up: "overloaded, back off"
     return exc.status
-
-
-def _anthropic_type(exc: ProxyError, status: int) -> str:
-    found = _TYPE_FOR_STATUS.get(status)
-    if found is not None:
-        return found
-    return "api_error" if status >= 500 else "invalid_request_error"
 
 
 def _relayable(body: bytes) -> bytes | None:

@@ -30,34 +30,12 @@ from collections.abc import Mapping
 from typing import Final
 
 from ...errors import ProxyError
+from ..errors import error_type_for_status as type_for_status
 from ..errors import upstream_error
 
 __all__ = ["THROTTLE_RETRY_AFTER_S", "cloud_error", "lower_headers", "type_for_status"]
 
 THROTTLE_RETRY_AFTER_S: Final = 1
-
-_TYPE_FOR_STATUS: Final[Mapping[int, str]] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-
-def type_for_status(status: int) -> str:
-    """The Anthropic error type for an Anthropic status (``api_error`` for other 5xx,
-    ``invalid_request_error`` for other 4xx)."""
-    found = _TYPE_FOR_STATUS.get(status)
-    if found is not None:
-        return found
-    return "api_error" if status >= 500 else "invalid_request_error"
 
 
 def lower_headers(headers: Mapping[str, str] | Mapping[bytes, bytes]) -> dict[str, str]:
