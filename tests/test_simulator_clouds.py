@@ -25,8 +25,8 @@ from botocore.eventstream import EventStreamBuffer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
+from support import running_simulator
 
-from tests.support import running_simulator
 from trio_batcher.simulator import SimulatorConfig
 from trio_batcher.simulator.cloud_models import bedrock_model, vertex_model
 from trio_batcher.simulator.eventstream import chunk_message, exception_message
