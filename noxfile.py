@@ -31,6 +31,15 @@ def _install(session: nox.Session, *args: str) -> None:
     session.install("-c", CONSTRAINTS, *args)
 
 
+def _install_lab(session: nox.Session, *pins: str) -> None:
+    """The lab, editable, as a plain path entry (``editable_mode=compat``): setuptools'
+    default editable mode loads an import hook named after the lab
+    (``__editable___trio_batcher_bench_..._finder``) into every interpreter of the
+    session, which would put a ``bench`` module in ``sys.modules`` before the gateway
+    imports anything."""
+    session.install(*pins, "--config-settings", "editable_mode=compat", "-e", LAB)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
@@ -42,7 +51,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and the benchmark lab."""
-    _install(session, "-e", ".[test]", "-e", LAB, "mypy")
+    _install(session, "-e", ".[test]", "mypy")
+    _install_lab(session, "-c", CONSTRAINTS)
     session.run("mypy", "--strict", PACKAGE, LAB_PACKAGE)
 
 
@@ -51,7 +61,8 @@ def tests(session: nox.Session) -> None:
     """The test suite, at the pinned versions (loopback only, no API key). The lab is
     installed too: tests/test_bench*.py test it, and the multi-process tests start servers
     with it."""
-    _install(session, "-e", ".[test]", "-e", LAB)
+    _install(session, "-e", ".[test]")
+    _install_lab(session, "-c", CONSTRAINTS)
     session.run("pytest", *session.posargs)
 
 
@@ -59,7 +70,8 @@ def tests(session: nox.Session) -> None:
 def tests_latest(session: nox.Session) -> None:
     """The test suite against the newest release of every dependency, ignoring the pins:
     what a user who runs ``pip install trio-batcher`` today gets. Run before each landing."""
-    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[test]", "-e", LAB)
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[test]")
+    _install_lab(session, "--upgrade", "--upgrade-strategy", "eager")
     session.run("pip", "list", "--format=freeze", silent=False)
     session.run("pytest", *session.posargs)
 
@@ -89,7 +101,8 @@ def lock(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """trio-batcher bench: separate processes, real sockets. Flags after --, e.g. -- --quick."""
-    _install(session, "-e", ".", "-e", LAB)
+    _install(session, "-e", ".")
+    _install_lab(session, "-c", CONSTRAINTS)
     session.run("trio-batcher", "bench", *(session.posargs or ["--scenario", "all"]))
 
 
@@ -99,7 +112,8 @@ def browser(session: nox.Session) -> None:
 
     Never `playwright install` (it downloads a browser); CI installs Debian's chromium.
     """
-    _install(session, "-e", ".[test,browser]", "-e", LAB)
+    _install(session, "-e", ".[test,browser]")
+    _install_lab(session, "-c", CONSTRAINTS)
     session.run(
         "pytest",
         "-m",
