@@ -67,8 +67,8 @@ from ..upstream.kinds.extras import MissingExtraError, require_extra
 __all__ = [
     "COMMON_FIELDS",
     "DEFAULT_NAME",
-    "KIND_FIELDS",
     "KINDS",
+    "KIND_FIELDS",
     "AnthropicAccess",
     "BedrockAccess",
     "Kind",
@@ -343,8 +343,12 @@ class _Table:
             if value == kind:
                 return kind
         choices = ", ".join(f'"{k}"' for k in KINDS)
-        self.bad("kind", f"is required, one of {choices}" if value is None else
-                 f"expected one of {choices}, got {_shown(value)}")
+        self.bad(
+            "kind",
+            f"is required, one of {choices}"
+            if value is None
+            else f"expected one of {choices}, got {_shown(value)}",
+        )
         return None
 
     def fields(self, kind: Kind | None) -> None:
@@ -355,7 +359,7 @@ class _Table:
                 self.bad(
                     key,
                     "looks like an Anthropic API key (value not shown). Keys never live in "
-                    'this file: put it in an environment variable and name that variable: '
+                    "this file: put it in an environment variable and name that variable: "
                     'api_key_env = "MY_KEY_VAR"',
                 )
                 del self.entry[key]
@@ -423,7 +427,7 @@ class _Table:
                 "credentials (value not shown), such as https://api.anthropic.com",
             )
             return None
-        return value.rstrip("/")
+        return str(value).rstrip("/")
 
     def models(self, kind: Kind | None) -> dict[str, str]:
         value = self.entry.get("models")
@@ -464,8 +468,12 @@ class _Table:
                 )
                 return None
             return AnthropicAccess(api_key_env=env, base_url=base_url or ANTHROPIC_BASE_URL)
-        region = self.required("region", "an AWS region such as \"us-east-1\"" if kind ==
-                               "bedrock" else "a Google Cloud location such as \"us-east5\"")
+        region = self.required(
+            "region",
+            'an AWS region such as "us-east-1"'
+            if kind == "bedrock"
+            else 'a Google Cloud location such as "us-east5"',
+        )
         if kind == "bedrock":
             profile = self.text("profile", _IDENT, "an AWS profile name")
             return None if region is None else BedrockAccess(region, profile, base_url)
