@@ -85,6 +85,7 @@ class Settings:
     redis_failure: str = "share"
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     tenants_file: str | None = None
+    upstreams_file: str | None = None
     cors_allow_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB

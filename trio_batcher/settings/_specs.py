@@ -337,6 +337,15 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "models); reloaded on SIGHUP or when it changes. `trio-batcher keys add` edits it.",
     ),
     SettingSpec(
+        "UPSTREAMS_FILE",
+        "upstreams_file",
+        parsers.file_path,
+        None,
+        "A TOML file of upstreams (one [[upstream]] table per Anthropic, Bedrock or Vertex AI "
+        "deployment: kind, caps, weights, priorities, model ids); unset = one Anthropic "
+        "upstream, ANTHROPIC_BASE_URL. Read and checked at start; not yet routed to.",
+    ),
+    SettingSpec(
         "CORS_ALLOW_ORIGINS",
         "cors_allow_origins",
         parsers.web_origins,
