@@ -339,3 +339,22 @@ def test_a_long_list_of_problems_is_counted_past_eight() -> None:
         parse_upstreams(text, source="u.toml", require=_no_extra_needed)
     assert len(caught.value.problems) == 10
     assert str(caught.value).endswith("upstream 'u7': weight: must be >= 1, got 0; and 2 more")
+
+
+def test_serving_refuses_an_upstreams_file_until_routing_is_built(tmp_path: pathlib.Path) -> None:
+    """A file naming several upstreams must not be quietly served by one: the file is
+    checked (its problems named), then refused with what to do instead."""
+    from trio_batcher.runtime import check_files
+    from trio_batcher.settings import SettingsError
+
+    good = tmp_path / "upstreams.toml"
+    good.write_text('[[upstream]]\nname = "a"\nkind = "anthropic"\n')
+    with pytest.raises(SettingsError) as refused:
+        check_files(Settings(upstreams_file=str(good)))
+    assert refused.value.name == "UPSTREAMS_FILE"
+    assert "does not route across several upstreams yet" in refused.value.problem
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[upstream]]\nname = "a"\nkind = "anthropik"\n')
+    with pytest.raises(SettingsError) as named:
+        check_files(Settings(upstreams_file=str(bad)))
+    assert "expected one of" in named.value.problem

@@ -48,6 +48,7 @@ from .tenants import (
 from .tenants.ledger import SpendLedger
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
+from .upstreams.config import UpstreamsFileError, read_upstreams_file
 
 __all__ = ["Runtime", "check_files"]
 
@@ -56,7 +57,10 @@ def check_files(settings: Settings) -> None:
     """Read the files ``settings`` name as serving will, before serving.
 
     Raises:
-      SettingsError: naming ``PRICING_FILE`` or ``TENANTS_FILE`` with the file's problem.
+      SettingsError: naming ``PRICING_FILE``, ``TENANTS_FILE`` or ``UPSTREAMS_FILE`` with
+        the file's problem. An upstreams file is read and checked, then refused: routing
+        across several upstreams is not built yet, and a gateway that quietly served one
+        upstream while the file names several would be worse than one that says so.
     """
     if settings.pricing_file is not None:
         try:
@@ -68,6 +72,17 @@ def check_files(settings: Settings) -> None:
             read_tenants_file(settings.tenants_file)
         except TenantsFileError as exc:
             raise SettingsError("TENANTS_FILE", str(exc)) from None
+    if settings.upstreams_file is not None:
+        try:
+            read_upstreams_file(settings.upstreams_file)
+        except UpstreamsFileError as exc:
+            raise SettingsError("UPSTREAMS_FILE", str(exc)) from None
+        raise SettingsError(
+            "UPSTREAMS_FILE",
+            "the file is valid, but this version does not route across several upstreams "
+            "yet (docs/upstreams.md); unset UPSTREAMS_FILE and describe the one upstream "
+            "with ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY.",
+        )
 
 
 @final
