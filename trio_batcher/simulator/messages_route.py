@@ -51,17 +51,21 @@ async def handle_messages(state: SimulatorState) -> Response:
         api_version = check_headers(config)
         raw, body = await read_json(config)
         answer = await answer_messages(state, trace, base, raw, body, api_version, request_betas())
-        if answer.events is None:
-            return json_response(answer.message)
-        response = Response(
-            answer.events, status=200, content_type="text/event-stream; charset=utf-8"
-        )
-        response.headers["cache-control"] = "no-cache"
-        response.timeout = None
-        return response
+        return answer_response(answer)
     except SimulatorError as error:
         state.stats.finish(trace, "error", error.status)
         return error_response(error)
+
+
+def answer_response(answer: Answer) -> Response:
+    """An answer as Anthropic sends it (and Vertex, which relays Anthropic's SSE): JSON, or
+    a stream of server-sent events with no time limit."""
+    if answer.events is None:
+        return json_response(answer.message)
+    response = Response(answer.events, status=200, content_type="text/event-stream; charset=utf-8")
+    response.headers["cache-control"] = "no-cache"
+    response.timeout = None
+    return response
 
 
 def request_trace() -> tuple[Trace, float]:

@@ -28,7 +28,7 @@ from .cloud_models import vertex_model
 from .config import API_VERSIONS
 from .errors import SimulatorError, SimulatorInvalidRequest
 from .google_tokens import GoogleTokens, GrantRefused
-from .messages_route import answer_messages, request_trace
+from .messages_route import answer_messages, answer_response, request_trace
 from .prompt import analyse_prompt
 from .request_io import TRACE_KEY, error_response, json_response, read_json, request_betas
 from .state import SimulatorState
@@ -147,14 +147,7 @@ async def _messages(state: SimulatorState, model: str) -> Response:
             raise SimulatorInvalidRequest("model: Extra inputs are not permitted")
         body["model"] = model
         answer = await answer_messages(state, trace, base, raw, body, api_version, request_betas())
-        if answer.events is None:
-            return json_response(answer.message)
-        response = Response(
-            answer.events, status=200, content_type="text/event-stream; charset=utf-8"
-        )
-        response.headers["cache-control"] = "no-cache"
-        response.timeout = None
-        return response
+        return answer_response(answer)
     except SimulatorError as error:
         state.stats.finish(trace, "error", error.status)
         return _vertex_error(error)
