@@ -206,13 +206,15 @@ async def test_big_input_items_reads_never_hold_up_a_small_lookup() -> None:
         assert page.status_code == 200 and len(page.json()["data"]) == 5
 
         async def lookup() -> float:
-            started = time.perf_counter()
+            started, pages_before = time.perf_counter(), pages
             answer = await http.get(f"{url}/v1/responses/{small}")
             assert answer.status_code == 200
+            overtaken.append(pages - pages_before)
             return time.perf_counter() - started
 
-        idle = sorted([await lookup() for _ in range(10)])
         pages = 0
+        overtaken: list[int] = []  # big pages that finished while a small lookup waited
+        idle = sorted([await lookup() for _ in range(10)])
         done = trio.Event()
 
         async def read_big() -> None:
@@ -228,6 +230,7 @@ async def test_big_input_items_reads_never_hold_up_a_small_lookup() -> None:
                 for _ in range(8):
                     nursery.start_soon(read_big)
                 await trio.sleep(0.5)  # every reader under way
+                overtaken.clear()
                 for _ in range(20):
                     loaded.append(await lookup())
                 done.set()
@@ -237,4 +240,8 @@ async def test_big_input_items_reads_never_hold_up_a_small_lookup() -> None:
             f" beside 8 readers of 20 MB: median {loaded[10] * 1e3:.1f} ms,"
             f" max {loaded[-1] * 1e3:.1f} ms; {pages} big pages read meanwhile"
         )
-        assert loaded[10] < 0.25 and loaded[-1] < 1.0  # generous: a shared machine
+        # Measured against the readers' own pace, not the clock: a lookup that queued behind
+        # the big reads (one connection, each page parsing 20 MB) saw several of them finish
+        # (a median of 8 on the old store); one served beside them sees at most one.
+        overtaken.sort()
+        assert overtaken[10] <= 1, overtaken
