@@ -8,6 +8,8 @@ pytest-trio's built-in ``nursery`` fixture would do.
 from __future__ import annotations
 
 import gc
+import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ import trio
 
 from trio_batcher import Settings, create_app
 from trio_batcher.serving import serve_app
+from trio_batcher.settings import SPECS
 from trio_batcher.simulator import SimulatorConfig, run_simulator
 
 SIM_KEY = "sk-ant-test-key-do-not-echo"
@@ -167,3 +170,19 @@ def no_collector_pauses() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a server in another process)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any trio-batcher setting, plus ``extra``: what a
+    subprocess under test starts with."""
+    env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
+    env.update(extra)
+    return env

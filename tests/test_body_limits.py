@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -28,7 +27,7 @@ import httpx2
 import psutil
 import pytest
 import trio
-from support import proxy_and_simulator
+from support import free_port, proxy_and_simulator
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "claude-sonnet-4-5"
@@ -90,16 +89,9 @@ async def _discarding_upstream(upstream: _Upstream, stream: trio.SocketStream) -
             )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def _gateway_process(upstream: str) -> AsyncIterator[tuple[str, psutil.Process]]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),

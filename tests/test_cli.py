@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -12,22 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx2
-
-from trio_batcher.settings import SPECS
+from support import clean_env, free_port
 
 HELLO = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello"}]}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
-    env.update(extra)
-    return env
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
@@ -57,7 +43,7 @@ def _process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[
 
 
 def test_serve_simulate_answers_and_stops_gracefully_on_sigterm() -> None:
-    port = _free_port()
+    port = free_port()
     args = [
         sys.executable,
         "-m",
@@ -71,7 +57,7 @@ def test_serve_simulate_answers_and_stops_gracefully_on_sigterm() -> None:
         "--sim-tokens-per-s",
         "0",
     ]
-    with _process(args, _clean_env()) as proc:
+    with _process(args, clean_env()) as proc:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc)
         reply = httpx2.post(f"{url}/v1/chat/completions", json=HELLO, timeout=10)
@@ -107,8 +93,8 @@ def _serve_args(port: int) -> list[str]:
 def test_shutdown_ends_even_with_a_client_that_stopped_reading() -> None:
     # hypercorn cannot interrupt a write to such a client; the process exits anyway once
     # the grace period and hypercorn's close are over (1 + 5 + 5 s here).
-    port = _free_port()
-    env = _clean_env(SHUTDOWN_GRACE_S="1", REQUEST_TIMEOUT_S="2")
+    port = free_port()
+    env = clean_env(SHUTDOWN_GRACE_S="1", REQUEST_TIMEOUT_S="2")
     with _process([*_serve_args(port), "--sim-tokens-per-s", "0"], env) as proc:
         _wait_healthy(f"http://127.0.0.1:{port}", proc)
         client = _stall_a_stream(port)
@@ -124,8 +110,8 @@ def test_shutdown_ends_even_with_a_client_that_stopped_reading() -> None:
 
 
 def test_a_second_signal_stops_at_once_with_130() -> None:
-    port = _free_port()
-    with _process([*_serve_args(port), "--sim-tokens-per-s", "0"], _clean_env()) as proc:
+    port = free_port()
+    with _process([*_serve_args(port), "--sim-tokens-per-s", "0"], clean_env()) as proc:
         _wait_healthy(f"http://127.0.0.1:{port}", proc)
         client = _stall_a_stream(port)
         try:
@@ -142,7 +128,7 @@ def test_a_second_signal_stops_at_once_with_130() -> None:
 
 
 def test_app_runs_under_the_hypercorn_command_line_configured_from_the_environment() -> None:
-    sim_port, port = _free_port(), _free_port()
+    sim_port, port = free_port(), free_port()
     sim_args = [sys.executable, "-m", "trio_batcher", "simulate", "--port", str(sim_port)]
     hypercorn = [
         sys.executable,
@@ -156,12 +142,12 @@ def test_app_runs_under_the_hypercorn_command_line_configured_from_the_environme
         "5",
         "trio_batcher.asgi:app",
     ]
-    env = _clean_env(
+    env = clean_env(
         ANTHROPIC_BASE_URL=f"http://127.0.0.1:{sim_port}",
         ANTHROPIC_API_KEY="sk-ant-test",
         METRICS_ENABLED="1",
     )
-    with _process(sim_args, _clean_env()) as sim, _process(hypercorn, env) as proc:
+    with _process(sim_args, clean_env()) as sim, _process(hypercorn, env) as proc:
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,10 +25,10 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from support import clean_env, free_port
 from wheel_support import build_wheel, unpacked_wheel
 
 from trio_batcher.cli import main
-from trio_batcher.settings import SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
 # What serving must never load: the simulator (a testing package) and the lab.
@@ -168,7 +166,7 @@ def test_importing_the_asgi_app_loads_no_simulator_and_no_lab() -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env=_clean_env(),
+        env=clean_env(),
         check=True,
     )
     where, loaded = done.stdout.splitlines()
@@ -187,24 +185,12 @@ def test_the_app_from_the_wheel_loads_no_simulator_and_no_lab(
         text=True,
         timeout=60,
         cwd=tmp_path,  # not the checkout: `-c` puts the working directory first on the path
-        env=_clean_env(PYTHONPATH=str(unpacked)),
+        env=clean_env(PYTHONPATH=str(unpacked)),
         check=True,
     )
     where, loaded = done.stdout.splitlines()
     assert Path(where).is_relative_to(unpacked)
     assert json.loads(loaded) == []
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}}
-    env.update(extra)
-    return env
 
 
 @contextmanager
@@ -238,7 +224,7 @@ def _wait_healthy(
 def _serve_then_list_modules(args: list[str], env: dict[str, str], dump: Path) -> list[str]:
     """Run ``trio-batcher <args>`` (a ``serve`` on a free port), send it a request through
     each door, a page and ``/metrics``, stop it with SIGTERM: every module it loaded."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-c", _SERVE_AND_DUMP, str(dump), *args, "--port", str(port)]
     with _process(command, env | {"METRICS_ENABLED": "1"}) as proxy:
@@ -261,12 +247,12 @@ def _serve_then_list_modules(args: list[str], env: dict[str, str], dump: Path) -
 
 
 def test_serving_without_simulate_loads_no_simulator_and_no_lab(tmp_path: Path) -> None:
-    sim_port = _free_port()
+    sim_port = free_port()
     simulator = [sys.executable, "-m", "trio_batcher", "simulate", "--port", str(sim_port)]
     simulator += ["--ttft-ms", "0", "--tokens-per-s", "0"]
-    with _process(simulator, _clean_env()) as sim:
+    with _process(simulator, clean_env()) as sim:
         _wait_healthy(f"http://127.0.0.1:{sim_port}", sim, "/_sim/stats?recent=0")
-        env = _clean_env(
+        env = clean_env(
             ANTHROPIC_BASE_URL=f"http://127.0.0.1:{sim_port}", ANTHROPIC_API_KEY="sk-ant-x"
         )
         loaded = _serve_then_list_modules(["serve"], env, tmp_path / "modules.json")
@@ -277,7 +263,7 @@ def test_serving_without_simulate_loads_no_simulator_and_no_lab(tmp_path: Path) 
 def test_serve_simulate_loads_the_simulator_and_still_no_lab(tmp_path: Path) -> None:
     """The other side of the test above: the dump does see the simulator when it is used."""
     args = ["serve", "--simulate", "--sim-ttft-ms", "0", "--sim-tokens-per-s", "0"]
-    loaded = _serve_then_list_modules(args, _clean_env(), tmp_path / "modules.json")
+    loaded = _serve_then_list_modules(args, clean_env(), tmp_path / "modules.json")
     assert "trio_batcher.simulator" in loaded
     assert [m for m in _forbidden(loaded) if "bench" in m] == []
 
