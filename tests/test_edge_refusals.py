@@ -40,7 +40,7 @@ async def _exchange(url: str, request: bytes) -> bytes:
 async def test_a_websocket_handshake_on_any_path_is_426_with_a_json_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async with proxy_and_simulator() as (url, sim):
+    async with proxy_and_simulator(metrics_enabled=True) as (url, sim):
         for path, extra in [
             (b"/v1/responses", b""),
             (b"/anything/else", b""),
@@ -55,6 +55,9 @@ async def test_a_websocket_handshake_on_any_path_is_426_with_a_json_error(
             assert b"websockets_not_supported" in body or b"WebSockets" in body
             assert b"POST /v1/responses" in body
         assert (await sim.stats())["requests_total"] == 0
+        async with httpx2.AsyncClient() as http:
+            rejected = (await http.get(f"{url}/metrics")).json()["rejected"]["by_reason"]
+        assert rejected["websocket_not_supported"] == 3
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 

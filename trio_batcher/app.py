@@ -210,7 +210,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         settings.cors_allow_origins,
         on_refused=lambda: app.record_rejected("origin_not_allowed"),
     )
-    app.asgi_app = NoWebSockets(origins)  # type: ignore[method-assign,assignment]
+    app.asgi_app = NoWebSockets(  # type: ignore[method-assign,assignment]
+        origins, on_refused=lambda: app.record_rejected("websocket_not_supported")
+    )
 
     def runtime() -> Runtime:
         if app.runtime is None:

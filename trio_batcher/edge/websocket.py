@@ -14,6 +14,7 @@ real HTTP response in place of the handshake; without it the only refusal ASGI o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, final
 
 from ..errors import ProxyError
@@ -38,10 +39,13 @@ def websockets_not_served(path: str) -> ProxyError:
 
 @final
 class NoWebSockets:
-    """ASGI middleware: answers every ``websocket`` scope with 426; passes the rest on."""
+    """ASGI middleware: answers every ``websocket`` scope with 426; passes the rest on.
+    ``on_refused`` counts each refusal (``rejected.by_reason.websocket_not_supported``), so
+    a client configured for WebSockets shows in the metrics, not only in its own retries."""
 
-    def __init__(self, inner: ASGIApp) -> None:
+    def __init__(self, inner: ASGIApp, on_refused: Callable[[], None] | None = None) -> None:
         self._inner = inner
+        self._on_refused = on_refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
@@ -50,6 +54,8 @@ class NoWebSockets:
         message = await receive()  # websocket.connect (or a disconnect: nothing to answer)
         if message["type"] != "websocket.connect":
             return
+        if self._on_refused is not None:
+            self._on_refused()
         if _EXTENSION not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": 1003})
             return
