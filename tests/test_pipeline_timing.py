@@ -29,6 +29,7 @@ from trio_batcher.translation.openai_chat import (
 from trio_batcher.upstream.client import UpstreamReply
 from trio_batcher.upstream.request import UpstreamRequest
 from trio_batcher.upstream.resilience import Resilience, ResilienceConfig
+from trio_batcher.upstreams.fleet import Fleet
 
 MESSAGE = {
     "id": "msg_1",
@@ -84,11 +85,10 @@ async def pipeline(
     gate = AdmissionGate(settings.max_inflight, settings.max_queue, settings.acquire_timeout_s)
     chat = Pipeline(
         settings=settings,
-        upstream=upstream or OneSecondUpstream(),
+        fleet=Fleet.of_one(upstream or OneSecondUpstream(), resilience or Resilience()),
         dispatcher=dispatcher,
         gate=gate,
-        metrics=metrics,  # type: ignore[arg-type]
-        resilience=resilience,
+        metrics=metrics,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(dispatcher.run)

@@ -45,7 +45,7 @@ from .edge.websocket import NoWebSockets
 from .errors import ProxyError, error_body
 from .observatory.batch_status import BatchStatusCollector, BatchStatusGauge
 from .offline import BatchPoller, purge_batches_periodically
-from .runtime import Runtime
+from .runtime import Runtime, effective_settings
 from .serving import tidy_heap_periodically
 from .settings import Settings
 from .store import (
@@ -165,6 +165,9 @@ async def _report_other_deployments(batches: SQLiteBatchStore, deployment_id: st
 def create_app(settings: Settings | None = None) -> ProxyApp:
     """A new proxy app. Serve it with ``trio_batcher.serving.serve_app`` or hypercorn."""
     settings = settings if settings is not None else Settings.from_env()
+    # With UPSTREAMS_FILE, its first anthropic upstream is the one the stateful parts
+    # (Message Batches, the deployment's identity) use.
+    settings = effective_settings(settings)
     app = ProxyApp("trio_batcher")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None  # streams are bounded by REQUEST_TIMEOUT_S instead
@@ -282,7 +285,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         await app.drain()
         rt.gc_pauses.uninstall()
         with trio.CancelScope(shield=True), trio.move_on_after(5):
-            await rt.http.aclose()
+            await rt.aclose()
             await responses.aclose()
             await batches.aclose()
             await files.aclose()

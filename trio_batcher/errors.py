@@ -50,6 +50,9 @@ class ProxyError(Exception):
       upstream_body: for an error the upstream answered, its body as sent (our key
         redacted), so that a door speaking the upstream's own dialect can relay it as it is.
       upstream_headers: likewise, the upstream's response headers (lower-case names).
+
+    ``upstream`` names the upstream that answered it, when the gateway has several
+    (set by ``upstreams.fleet``; the observatory counts errors by it).
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class ProxyError(Exception):
         upstream_headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.upstream: str | None = None
         self.upstream_body = upstream_body
         self.upstream_headers = upstream_headers
         self.upstream_status = upstream_status

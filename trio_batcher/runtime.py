@@ -48,7 +48,12 @@ from .tenants import (
 from .tenants.ledger import SpendLedger
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
-from .upstreams.config import UpstreamsFileError, read_upstreams_file
+from .upstreams.affinity import AffinityTable
+from .upstreams.build import build_steward, check_credentials, primary_settings
+from .upstreams.config import UpstreamsFileError, read_upstreams_file, upstreams_in_force
+from .upstreams.fleet import Fleet
+from .upstreams.routing import Router
+from .upstreams.steward import Steward
 
 __all__ = ["Runtime", "check_files"]
 
@@ -58,9 +63,8 @@ def check_files(settings: Settings) -> None:
 
     Raises:
       SettingsError: naming ``PRICING_FILE``, ``TENANTS_FILE`` or ``UPSTREAMS_FILE`` with
-        the file's problem. An upstreams file is read and checked, then refused: routing
-        across several upstreams is not built yet, and a gateway that quietly served one
-        upstream while the file names several would be worse than one that says so.
+        the file's problem (for an upstreams file, also an anthropic upstream whose key
+        variable is unset, and a kind whose pip extra is missing).
     """
     if settings.pricing_file is not None:
         try:
@@ -74,15 +78,19 @@ def check_files(settings: Settings) -> None:
             raise SettingsError("TENANTS_FILE", str(exc)) from None
     if settings.upstreams_file is not None:
         try:
-            read_upstreams_file(settings.upstreams_file)
+            specs = read_upstreams_file(settings.upstreams_file)
+            check_credentials(specs, str(settings.upstreams_file))
         except UpstreamsFileError as exc:
             raise SettingsError("UPSTREAMS_FILE", str(exc)) from None
-        raise SettingsError(
-            "UPSTREAMS_FILE",
-            "the file is valid, but this version does not route across several upstreams "
-            "yet (docs/upstreams.md); unset UPSTREAMS_FILE and describe the one upstream "
-            "with ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY.",
-        )
+
+
+def effective_settings(settings: Settings) -> Settings:
+    """``settings`` with ``ANTHROPIC_BASE_URL`` and its key taken from the upstreams
+    file's first anthropic upstream, when there is a file (``upstreams.build``): the one
+    the Batch API's Message Batches and the deployment's identity use."""
+    if settings.upstreams_file is None:
+        return settings
+    return primary_settings(settings, read_upstreams_file(settings.upstreams_file))
 
 
 @final
@@ -95,7 +103,6 @@ class Runtime:
         self.pricing = pricing = load_pricing(settings.pricing_file)
         self.http = new_upstream_pool(settings)
         self.upstream = UpstreamClient(settings, self.http)
-        self.models = ModelCatalogue(self.upstream.list_models)
         self.gate = AdmissionGate(
             settings.max_inflight,
             settings.max_queue,
@@ -137,6 +144,10 @@ class Runtime:
         self.shared: SharedState | None = None
         if settings.redis_url is not None and limiter is not None:
             self.shared = SharedState(settings, self.resilience, settings.batch_max_concurrency)
+        self.fleet = self._fleet()
+        self.models = ModelCatalogue(
+            self.upstream.list_models if settings.upstreams_file is None else self.fleet.list_models
+        )
         self.dispatcher = Dispatcher(
             limiter=limiter,
             shared=self.shared,
@@ -149,11 +160,10 @@ class Runtime:
         self.guard = TenantGuard(self.rate_limits, None, pricing, on_refused=self._record_refused)
         self.pipeline = Pipeline(
             settings=settings,
-            upstream=self.upstream,
+            fleet=self.fleet,
             dispatcher=self.dispatcher,
             gate=self.gate,
             metrics=self.metrics,
-            resilience=self.resilience,
             guard=self.guard,
         )
         self.prometheus = (
@@ -176,6 +186,25 @@ class Runtime:
         self.gc_pauses = GcPauses()
         self.draining = False
         self.drained = trio.Event()
+
+    def _fleet(self) -> Fleet:
+        """The upstreams requests are routed among: ``UPSTREAMS_FILE``'s, each with its own
+        client and resilience, or the one upstream ``ANTHROPIC_BASE_URL`` names, served by
+        the runtime's own client and resilience exactly as before there was a fleet."""
+        specs = upstreams_in_force(self.settings)
+        if self.settings.upstreams_file is None:
+            stewards = [Steward(specs[0], self.upstream, self.resilience)]
+        else:
+            stewards = [build_steward(spec, i, self.settings) for i, spec in enumerate(specs)]
+        router = Router(AffinityTable(trio.current_time))
+        return Fleet(stewards, router, None)  # MERGE: self.metrics once it records routing
+
+    async def aclose(self) -> None:
+        """Close every upstream's connections (the lifespan's end)."""
+        await self.http.aclose()
+        if self.settings.upstreams_file is not None:
+            for steward in self.fleet.stewards:
+                await steward.caller.aclose()
 
     def upstream_statistics(self) -> dict[str, Any]:
         """Retries, cooldowns and the adaptive limit, for ``GET /metrics`` (``upstream``)."""

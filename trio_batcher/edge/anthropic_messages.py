@@ -27,6 +27,7 @@ from ..translation.anthropic_messages import (
     relayed_headers,
 )
 from ..upstream.request import UpstreamRequest, outline
+from ..upstreams.conversation import Keyer
 from .http import Incoming
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
@@ -67,10 +68,13 @@ class _AnthropicDoor:
         exc.headers["Server-Timing"] = timing.server_timing_header()
         return exc
 
-    def upstream_request(self, incoming: Incoming, model: str, stream: bool) -> UpstreamRequest:
+    def upstream_request(
+        self, incoming: Incoming, model: str, stream: bool, keyer: Keyer | None = None
+    ) -> UpstreamRequest:
         """The client's body as its own bytes, with its version and beta headers; the
         parsed tree is let go (only its outline stays), so the request holds its size once."""
         assert isinstance(incoming.payload, dict)
+        key = keyer(model, incoming.payload) if keyer is not None else None
         request = UpstreamRequest(
             outline(incoming.payload),
             model,
@@ -78,6 +82,7 @@ class _AnthropicDoor:
             self.surface,
             content=incoming.raw.removeprefix(_BOM),
             headers=forwarded_headers(incoming.scope["headers"]),
+            conversation=key,
         )
         incoming.release()
         return request
@@ -96,7 +101,8 @@ class MessagesDoor(_AnthropicDoor):
             model, stream = check_messages(incoming.payload)
         except ProxyError as exc:
             raise self.refused(pipeline, exc, incoming) from None
-        request = self.upstream_request(incoming, model, stream)
+        keyer = pipeline.conversation_keyer(incoming.tenant, incoming.scope["headers"])
+        request = self.upstream_request(incoming, model, stream, keyer)
         return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
 
 

@@ -39,6 +39,7 @@ from ..translation.openai_responses import (
     translate_request,
 )
 from ..upstream.request import UpstreamRequest, encode_body, outline
+from ..upstreams.conversation import Keyer
 from .auth import client_key
 from .hosts import FOREIGN_HOST, host_not_allowed
 from .http import Incoming
@@ -115,6 +116,7 @@ class ResponsesDoor:
             _check_host(payload, incoming.scope.get(FOREIGN_HOST))
             history = await self._history(payload, owner)
             references = await self._references(payload, history, owner)
+            keyer = pipeline.conversation_keyer(incoming.tenant, incoming.scope["headers"])
             if incoming.large:
                 tr, request = await trio.to_thread.run_sync(
                     _translate,
@@ -123,10 +125,11 @@ class ResponsesDoor:
                     history,
                     references,
                     True,
+                    keyer,
                     limiter=self._large_bodies,
                 )
             else:
-                tr, request = _translate(payload, self._options, history, references, False)
+                tr, request = _translate(payload, self._options, history, references, False, keyer)
         except ProxyError as exc:
             stream = isinstance(payload, dict) and payload.get("stream") is True
             timing = pipeline.record_refused(
@@ -280,12 +283,16 @@ def _translate(
     history: list[dict[str, Any]],
     references: dict[str, dict[str, Any]],
     large: bool,
+    keyer: Keyer | None = None,
 ) -> tuple[ResponsesRequest, UpstreamRequest]:
     """The translation, and the upstream request made of it; a large body is encoded here,
     once, and its translated tree dropped (as the Chat door does, ``openai_chat._translate``)."""
     tr = translate_request(payload, options, history, references)
+    key = keyer(tr.upstream_model, tr.body) if keyer is not None else None
     if not large:
-        return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE)
+        return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE, conversation=key)
     content = encode_body(tr.body)
     tr = replace(tr, body=outline(tr.body))
-    return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE, content=content)
+    return tr, UpstreamRequest(
+        tr.body, tr.upstream_model, tr.stream, SURFACE, content=content, conversation=key
+    )

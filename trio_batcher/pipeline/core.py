@@ -37,7 +37,7 @@ upstream byte; passing it answers 504 (or, mid-stream, an error event).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Final, final
@@ -50,9 +50,12 @@ from ..errors import ProxyError
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
 from ..tenants import Tenant
-from ..upstream.client import UpstreamClient, UpstreamReply
+from ..upstream.caller import MessagesCaller
+from ..upstream.client import UpstreamReply
 from ..upstream.request import UpstreamRequest
-from ..upstream.resilience import Resilience, StreamEvent
+from ..upstream.resilience import StreamEvent
+from ..upstreams.conversation import Keyer, conversation_keyer
+from ..upstreams.fleet import Fleet, Served
 from .contract import CLIENT_CLOSED, JSONReply, ReplyCodec, StreamReply
 from .outcomes import Outcomes, request_timing
 from .relay import StreamRelay, deadline_error
@@ -74,21 +77,34 @@ class Pipeline:
         self,
         *,
         settings: Settings,
-        upstream: UpstreamClient,
+        fleet: Fleet,
         dispatcher: Dispatcher,
         gate: AdmissionGate,
         metrics: MetricsRegistry | None,
-        resilience: Resilience | None = None,
         guard: TenantGuard | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
         self._outcomes = Outcomes(metrics)
         self._guard = guard
-        self._resilience = resilience or Resilience()
-        self._upstream = upstream
+        self._fleet = fleet
         self._dispatcher = dispatcher
         self._gate = gate
+
+    @property
+    def routes(self) -> bool:
+        """Whether requests choose among several upstreams: the doors then compute each
+        request's conversation key (``UpstreamRequest.conversation``)."""
+        return self._fleet.routes
+
+    def conversation_keyer(
+        self, tenant: Tenant | None, headers: Iterable[tuple[bytes, bytes]]
+    ) -> Keyer | None:
+        """How a door names the conversation a request is a turn of, for cache affinity;
+        ``None`` when there is one upstream (nothing to keep it on, so nothing to compute)."""
+        if not self._fleet.routes:
+            return None
+        return conversation_keyer(tenant.name if tenant is not None else None, headers)
 
     async def handle(
         self,
@@ -110,7 +126,7 @@ class Pipeline:
                     timing = Timing(total=trio.current_time() - arrived)
                     exc.headers["Server-Timing"] = timing.server_timing_header()
                     raise codec.error(exc) from None
-        early = self._resilience.shed_error(deadline, request.model)
+        early = self._fleet.shed_error(deadline, request.model)
         if early is not None:  # the upstream asked us to wait longer than this request may
             if grant is not None:
                 grant.refund()
@@ -193,23 +209,20 @@ class Pipeline:
     ) -> JSONReply:
         dispatched: float | None = None
 
-        async def job() -> UpstreamReply:
+        async def job() -> Served[UpstreamReply]:
             nonlocal dispatched
             dispatched = trio.current_time()
-            return await self._resilience.call(
-                partial(self._upstream.create_message, request),
-                deadline=deadline,
-                headers_of=_reply_headers_of,
-                model=request.model,
+            return await self._fleet.call(
+                request, _create_message, deadline=deadline, headers_of=_reply_headers_of
             )
 
-        reply: UpstreamReply | None = None
+        served: Served[UpstreamReply] | None = None
         status = CLIENT_CLOSED
         failure: ProxyError | None = None
         try:
             with trio.move_on_at(deadline):
-                reply = await self._dispatcher.call(job, scope=request.model)
-            if reply is None:
+                served = await self._dispatcher.call(job, scope=request.model)
+            if served is None:
                 raise deadline_error(self.settings)
             status = 200
         except ProxyError as exc:
@@ -225,14 +238,18 @@ class Pipeline:
                 timing = request_timing(arrived, dispatched)
                 if failure is not None:  # an error answer shows where its time went too
                     failure.headers["Server-Timing"] = timing.server_timing_header()
-                self._outcomes.error(request, status, timing)
+                upstream = failure.upstream if failure is not None else None
+                self._outcomes.error(request, status, timing, upstream=upstream)
+        reply = served.value
         if grant is not None:
-            grant.settle(request.model, reply.message.get("usage"))
+            grant.settle(request.model, reply.message.get("usage"), upstream=served.upstream)
         body = codec.reply(reply.message, reply.raw)
         timing = request_timing(
             arrived, dispatched, reply.started_at, reply.first_byte_at, reply.finished_at
         )
-        self._outcomes.success(request, reply.message.get("usage") or {}, timing)
+        self._outcomes.success(
+            request, reply.message.get("usage") or {}, timing, upstream=served.upstream
+        )
         headers = codec.headers(reply.headers)
         headers["Server-Timing"] = timing.server_timing_header()
         return JSONReply(body, headers)
@@ -253,8 +270,7 @@ class Pipeline:
             ticket: Ticket[None] = self._dispatcher.submit_nowait(
                 partial(
                     pump_stream,
-                    self._upstream,
-                    self._resilience,
+                    self._fleet,
                     self.settings,
                     request,
                     deadline,
@@ -341,20 +357,18 @@ class Pipeline:
         status = CLIENT_CLOSED
         started: float | None = None
         try:
-            early = self._resilience.shed_error(deadline, request.model)
+            early = self._fleet.shed_error(deadline, request.model)
             if early is not None:
                 raise early
-            reply = None
+            served = None
             started = trio.current_time()
             with trio.move_on_at(deadline):
-                reply = await self._resilience.call(
-                    partial(self._upstream.count_tokens, request),
-                    deadline=deadline,
-                    headers_of=_reply_headers_of,
-                    model=request.model,
+                served = await self._fleet.call(
+                    request, _count_tokens, deadline=deadline, headers_of=_reply_headers_of
                 )
-            if reply is None:
+            if served is None:
                 raise deadline_error(self.settings)
+            reply = served.value
             status = 200
             return reply, request_timing(
                 arrived, started, reply.started_at, reply.first_byte_at, reply.finished_at
@@ -370,3 +384,11 @@ class Pipeline:
 
 def _reply_headers_of(reply: UpstreamReply) -> Mapping[str, str]:
     return reply.headers
+
+
+async def _create_message(caller: MessagesCaller, request: UpstreamRequest) -> UpstreamReply:
+    return await caller.create_message(request)
+
+
+async def _count_tokens(caller: MessagesCaller, request: UpstreamRequest) -> UpstreamReply:
+    return await caller.count_tokens(request)

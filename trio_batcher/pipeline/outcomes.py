@@ -50,7 +50,14 @@ class Outcomes:
     def __init__(self, metrics: MetricsRegistry | None) -> None:
         self.metrics = metrics
 
-    def success(self, request: UpstreamRequest, usage: Mapping[str, Any], timing: Timing) -> None:
+    def success(
+        self,
+        request: UpstreamRequest,
+        usage: Mapping[str, Any],
+        timing: Timing,
+        *,
+        upstream: str | None = None,
+    ) -> None:
         if self.metrics is not None:
             self.metrics.record_success(
                 request.model,
@@ -67,6 +74,8 @@ class Outcomes:
         status: int,
         timing: Timing,
         usage: Mapping[str, Any] | None = None,
+        *,
+        upstream: str | None = None,
     ) -> None:
         if self.metrics is not None:
             self.metrics.record_error(

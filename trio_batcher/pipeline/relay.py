@@ -104,6 +104,7 @@ class StreamRelay:
         self._prelude: list[bytes] = []
         self._upstream_headers: Mapping[str, str] = {}
         self._upstream_started: float | None = None
+        self._upstream_name: str | None = None  # which upstream serves the stream
         self._upstream_first_byte: float | None = None
         self._first_token_at: float | None = None
         self._closed = False
@@ -135,6 +136,7 @@ class StreamRelay:
                 self._upstream_headers = data["headers"]
                 self._upstream_started = data["started_at"]
                 self._upstream_first_byte = data["first_byte_at"]
+                self._upstream_name = data.get("upstream")
                 continue
             kind = event_kind(name, data)
             if kind == "error":
@@ -256,10 +258,11 @@ class StreamRelay:
             # reports output tokens only at the end, so the deltas relayed (each at least a
             # token) stand in for them when that is more.
             usage["output_tokens"] = max(int(usage.get("output_tokens") or 0), self._tally.deltas)
+        upstream = self._upstream_name
         if self._grant is not None:
-            self._grant.settle(self._request.model, usage)
+            self._grant.settle(self._request.model, usage, upstream=upstream)
         timing = self.timing()
         if self.status == 200:
-            self._outcomes.success(self._request, usage, timing)
+            self._outcomes.success(self._request, usage, timing, upstream=upstream)
         else:
-            self._outcomes.error(self._request, self.status, timing, usage)
+            self._outcomes.error(self._request, self.status, timing, usage, upstream=upstream)

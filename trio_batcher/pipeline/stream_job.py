@@ -15,15 +15,11 @@ import trio
 
 from ..errors import ProxyError
 from ..settings import Settings
-from ..upstream.client import UpstreamClient, UpstreamStream
+from ..upstream.caller import MessagesCaller, MessagesStream
 from ..upstream.errors import status_for_error_type, upstream_error
 from ..upstream.request import UpstreamRequest
-from ..upstream.resilience import (
-    Resilience,
-    StreamEvent,
-    StreamStart,
-    open_until_content,
-)
+from ..upstream.resilience import StreamEvent, StreamStart, open_until_content
+from ..upstreams.fleet import Fleet
 from .relay import HEADERS_EVENT, deadline_error
 from .tally import event_kind
 
@@ -34,8 +30,7 @@ _LINGER_AFTER_STOP_S: Final = 1.0
 
 
 async def pump_stream(
-    upstream: UpstreamClient,
-    resilience: Resilience,
+    fleet: Fleet,
     settings: Settings,
     request: UpstreamRequest,
     deadline: float,
@@ -48,51 +43,47 @@ async def pump_stream(
     often the whole conversation -- need not live as long as the stream.
 
     Runs in the dispatcher's nursery and holds the upstream slot (a limiter token when
-    batching) for the whole stream. Opening the stream and reading up to its first
-    content event is one retryable attempt; after that nothing is retried, because
-    the client may already have content. Returns quietly if the reader went away.
+    batching, and the chosen upstream's own slot) for the whole stream. Opening the
+    stream and reading up to its first content event is one retryable attempt (on
+    another upstream, with several: ``upstreams.fleet``); after that nothing is retried,
+    because the client may already have content. Returns quietly if the reader went away.
     """
     complete = False
-    model = request.model
     async with send:
         with trio.move_on_at(deadline) as scope:
-            start = await resilience.call(
-                partial(
-                    open_until_content,
-                    partial(upstream.open_stream, request),
-                    error_for=_prelude_error,
-                ),
-                deadline=deadline,
-                headers_of=_stream_headers_of,
-                model=model,
+            opening = fleet.open(
+                request, _open_until_content, deadline=deadline, headers_of=_stream_headers_of
             )
             del request
-            try:
-                opened = {
-                    "headers": start.stream.headers,
-                    "started_at": start.stream.started_at,
-                    "first_byte_at": start.stream.first_byte_at,
-                }
-                await send.send((HEADERS_EVENT, opened, ""))
-                for item in start.prelude:
-                    await send.send(item)
-                start.prelude = []  # the relay has them: held here they outlive the stream
-                async for item in start.rest:
-                    await _forward(send, item)
-                    if event_kind(item[0], item[1]) == "message_stop":
-                        complete = True
-                        break
-                await send.aclose()  # the answer is complete: the relay may finish
-                # An upstream should end its body right after message_stop; reading
-                # that end lets the connection be reused, and one that lingers is
-                # not waited for.
-                with trio.move_on_after(_LINGER_AFTER_STOP_S):
-                    async for _ in start.rest:
-                        pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            finally:
-                await start.aclose()
+            async with opening as served:
+                start = served.value
+                try:
+                    opened = {
+                        "headers": start.stream.headers,
+                        "started_at": start.stream.started_at,
+                        "first_byte_at": start.stream.first_byte_at,
+                        "upstream": served.upstream,
+                    }
+                    await send.send((HEADERS_EVENT, opened, ""))
+                    for item in start.prelude:
+                        await send.send(item)
+                    start.prelude = []  # the relay has them: held here they outlive the stream
+                    async for item in start.rest:
+                        await _forward(send, item)
+                        if event_kind(item[0], item[1]) == "message_stop":
+                            complete = True
+                            break
+                    await send.aclose()  # the answer is complete: the relay may finish
+                    # An upstream should end its body right after message_stop; reading
+                    # that end lets the connection be reused, and one that lingers is
+                    # not waited for.
+                    with trio.move_on_after(_LINGER_AFTER_STOP_S):
+                        async for _ in start.rest:
+                            pass
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                finally:
+                    await start.aclose()
         if scope.cancelled_caught and not complete:
             raise deadline_error(settings)
 
@@ -111,8 +102,15 @@ async def _forward(send: trio.MemorySendChannel[StreamEvent], item: StreamEvent)
         await send.send(item)
 
 
-def _stream_headers_of(start: StreamStart[UpstreamStream]) -> Mapping[str, str]:
+def _stream_headers_of(start: StreamStart[MessagesStream]) -> Mapping[str, str]:
     return start.stream.headers
+
+
+async def _open_until_content(
+    caller: MessagesCaller, request: UpstreamRequest
+) -> StreamStart[MessagesStream]:
+    """One attempt at a stream: open it and read up to its first content event."""
+    return await open_until_content(partial(caller.open_stream, request), error_for=_prelude_error)
 
 
 def _prelude_error(data: Mapping[str, Any], headers: Mapping[str, str]) -> ProxyError:

@@ -79,7 +79,9 @@ class TenantGrant:
         self._pricing = pricing
         self._settled = False
 
-    def settle(self, model: str, usage: Mapping[str, Any] | None) -> None:
+    def settle(
+        self, model: str, usage: Mapping[str, Any] | None, *, upstream: str | None = None
+    ) -> None:
         """The request's usage is known (or it ended without any): charge the actual
         tokens and their cost. Once per grant."""
         if self._settled:

@@ -185,6 +185,10 @@ class UpstreamClient:
             self._base.append((b"x-api-key", settings.anthropic_api_key.encode("ascii")))
         self._headers = [*self._base, self._version]
 
+    async def aclose(self) -> None:
+        """Close its pool's connections."""
+        await self._pool.aclose()
+
     async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
         # Not a Messages API reply (a captive portal, a misrouted base URL): passing it on

@@ -64,6 +64,10 @@ class UpstreamRequest:
         ``anthropic-version`` that replaces the configured one), lower-case ASCII names.
       tenant: the name of the tenant it is for (never its key), which the observatory
         counts it under; set by the pipeline once the tenant is admitted.
+      conversation: the conversation it is a turn of (``upstreams.conversation_key``),
+        which the router keeps on one upstream so its prompt cache stays warm; computed
+        at the door (which still has the whole body) only when there is a choice of
+        upstream, ``None`` otherwise.
     """
 
     body: Mapping[str, Any]
@@ -73,3 +77,4 @@ class UpstreamRequest:
     content: bytes | None = None
     headers: tuple[tuple[bytes, bytes], ...] = ()
     tenant: str | None = None
+    conversation: str | None = None

@@ -322,29 +322,72 @@ class Resilience:
         retries = 0
         while True:
             await self._wait_clear(deadline, model)
-            epoch = self._start_attempt(first=retries == 0)
             try:
-                result = await attempt()
-            except trio.Cancelled:
-                if trio.current_time() >= deadline:  # not a client that left: a slow upstream
-                    self._record_deadline(epoch)
-                raise
+                return await self.attempt(
+                    attempt,
+                    deadline=deadline,
+                    headers_of=headers_of,
+                    model=model,
+                    first=retries == 0,
+                )
             except ProxyError as exc:
-                failure = classify(exc)
-                self._record_failure(exc, failure, epoch, model)
-                retry_at = self._plan_retry(failure, retries, deadline, model)
+                retry_at = self._plan_retry(classify(exc), retries, deadline, model)
                 if retry_at is None:
                     raise
                 last_error = exc
-            else:
-                if headers_of is not None:
-                    self.observe_headers(headers_of(result), model)
-                self._record_clean(epoch)
-                return result
             if not await self._spend_shared_retry():  # outside the except, as the sleep below
                 raise last_error
             retries += 1
             await trio.sleep_until(retry_at)  # outside the except: a Cancelled is not chained
+
+    async def attempt(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        deadline: float,
+        headers_of: Callable[[T], Mapping[str, str]] | None = None,
+        model: str | None = None,
+        first: bool = True,
+    ) -> T:
+        """One attempt, recorded as ``call`` records each of its own (counts, the
+        cooldowns a failure opens, the adaptive limit), and never retried here: its
+        ``ProxyError`` propagates. For a caller that decides itself where the next attempt
+        goes: the fleet, which fails over to another upstream (``upstreams.fleet``).
+        ``first``: the request's first attempt anywhere (it earns retry budget)."""
+        epoch = self._start_attempt(first=first)
+        try:
+            result = await attempt()
+        except trio.Cancelled:
+            if trio.current_time() >= deadline:  # not a client that left: a slow upstream
+                self._record_deadline(epoch)
+            raise
+        except ProxyError as exc:
+            self._record_failure(exc, classify(exc), epoch, model)
+            raise
+        if headers_of is not None:
+            self.observe_headers(headers_of(result), model)
+        self._record_clean(epoch)
+        return result
+
+    async def allow_failover(self, failure: Failure, retries_done: int, deadline: float) -> bool:
+        """Whether a request that failed elsewhere with ``failure`` may make its next
+        attempt here, now: the policy (a retryable failure, retries left), the deadline and
+        this upstream's retry budget -- the budget of the upstream the extra attempt lands
+        on, which is the load a retry adds. Counted as a retry (or a denial) here."""
+        if not failure.retryable or retries_done >= self.config.max_retries:
+            return False
+        if trio.current_time() >= deadline:
+            self._denied_by_deadline += 1
+            return False
+        if self._shared is None and not self.budget.try_spend():
+            self._denied_by_budget += 1
+            return False
+        self._retries += 1
+        return await self._spend_shared_retry()
+
+    def cooling_until(self, model: str | None = None) -> float:
+        """When the cooldowns holding calls to ``model`` end (trio time; past: none)."""
+        return self._holding(model).until
 
     # -- the steps of call ---------------------------------------------------------------------
 

@@ -1,0 +1,359 @@
+"""The fleet: every upstream of the gateway, and one request's way to one of them.
+
+Theory of operation
+-------------------
+The pipeline hands the fleet an upstream request and the call to make with it (``op``:
+"create a message", "open a stream up to its first content event", "count tokens"), and
+gets back the answer and the name of the upstream that gave it (``Served``). In between:
+
+1. **Route.** Each steward (``steward.Steward``) describes itself for the request's model
+   (serves it? under which id? cooling down? in flight against its cap? healthy?) and the
+   router (``routing.Router``) orders them: priority, then the conversation's own upstream
+   (cache affinity), then weight; full upstreams are spilled over, cooling ones skipped.
+2. **Attempt** on the first upstream of the route not yet tried: take one of its slots
+   (waiting only if the router found no upstream with room), and make the call through its
+   own ``Resilience.attempt`` (its cooldowns, its adaptive limit, its counts).
+3. **Fail over** before the first byte: a retryable failure (429 with a retry-after, 529,
+   5xx, a connection that failed, a timeout) sends the next attempt to the next upstream of
+   a fresh route, at once -- another upstream need not wait out this one's backoff -- if the
+   retry policy allows another attempt (``UPSTREAM_MAX_RETRIES``) and the receiving
+   upstream's retry budget has one (``Resilience.allow_failover``): a failover is a retry,
+   counted as one. The failed upstream's own cooldown (a ``retry-after``) and health (its
+   failures in a row) keep the next requests away from it until it has had time to recover.
+   When every eligible upstream has failed once, the request waits the policy's backoff
+   and routes afresh, as a retry of one upstream always has.
+4. **Hold.** The slot is held while the caller uses the answer (``open``): for a stream,
+   until its last event, so an upstream's cap counts streams as the calls they are. Once the
+   answer is handed over nothing is retried: the client may already have bytes.
+
+With one upstream (every gateway without ``UPSTREAMS_FILE``), there is nothing to route:
+the call goes through that upstream's ``Resilience.call``, exactly as before the fleet
+existed -- retries with backoff on the same upstream, cooldowns waited out.
+
+Everything that happens is told to ``events`` (the observatory): each attempt's outcome per
+upstream, failovers and spills by cause, whether a continuing conversation kept its upstream.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar, final
+
+import trio
+
+from ..errors import ProxyError
+from ..upstream.caller import MessagesCaller
+from ..upstream.request import UpstreamRequest
+from ..upstream.resilience import Failure, Resilience, classify, retry_delay
+from .affinity import AffinityTable
+from .config import DEFAULT_NAME, AnthropicAccess, UpstreamSpec
+from .routing import Attempt, Route, Router, UpstreamState
+from .steward import Steward
+
+__all__ = ["Fleet", "RoutingEvents", "Served"]
+
+T = TypeVar("T")
+Op = Callable[[MessagesCaller, UpstreamRequest], Awaitable[T]]
+
+
+class RoutingEvents(Protocol):
+    """What the fleet tells the observatory (``observatory.metrics.MetricsRegistry``)."""
+
+    def record_attempt(self, upstream: str, outcome: str) -> None: ...
+
+    def record_failover(self, from_upstream: str, to_upstream: str, cause: str) -> None: ...
+
+    def record_spill(self, preferred: str, to_upstream: str, cause: str) -> None: ...
+
+    def record_affinity(self, kept: bool) -> None: ...
+
+
+@final
+class _Silent:
+    def record_attempt(self, upstream: str, outcome: str) -> None:
+        pass
+
+    def record_failover(self, from_upstream: str, to_upstream: str, cause: str) -> None:
+        pass
+
+    def record_spill(self, preferred: str, to_upstream: str, cause: str) -> None:
+        pass
+
+    def record_affinity(self, kept: bool) -> None:
+        pass
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Served(Generic[T]):
+    """An answer and the upstream that gave it."""
+
+    value: T
+    upstream: str
+
+
+@final
+class Fleet:
+    """Every upstream, the router between them, and a request's attempts (module doc).
+
+    Args:
+      stewards: the upstreams, in configuration order (at least one).
+      router: orders them per request; holds the affinity table.
+      events: the observatory's counters (nothing by default).
+    """
+
+    def __init__(
+        self,
+        stewards: Sequence[Steward],
+        router: Router,
+        events: RoutingEvents | None = None,
+    ) -> None:
+        if not stewards:
+            raise ValueError("a fleet needs at least one upstream")
+        self.stewards = tuple(stewards)
+        self.router = router
+        self.events: RoutingEvents = events or _Silent()
+        self._by_name: Mapping[str, Steward] = {s.name: s for s in self.stewards}
+
+    @classmethod
+    def of_one(
+        cls, caller: MessagesCaller, resilience: Resilience, name: str = DEFAULT_NAME
+    ) -> Fleet:
+        """A fleet of one anthropic upstream (``caller``), as a gateway without
+        ``UPSTREAMS_FILE`` has: no choice, no cap of its own, ``resilience``'s retries."""
+        spec = UpstreamSpec(name=name, access=AnthropicAccess())
+        return cls([Steward(spec, caller, resilience)], Router(AffinityTable(trio.current_time)))
+
+    @property
+    def routes(self) -> bool:
+        """Whether there is a choice to make (more than one upstream): only then is a
+        request's conversation key worth computing (``conversation.conversation_key``)."""
+        return len(self.stewards) > 1
+
+    def steward(self, name: str) -> Steward:
+        return self._by_name[name]
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """The models the fleet serves, as Anthropic's ``GET /v1/models`` items, each once:
+        every anthropic upstream's own list (the names it passes through), and the names
+        each upstream's ``models`` table maps (a cloud serves only those). An upstream that
+        cannot list is skipped; if none can, the last error is raised."""
+        listed: dict[str, dict[str, Any]] = {}
+        failure: ProxyError | None = None
+        for steward in self.stewards:
+            if steward.spec.kind == "anthropic":
+                try:
+                    for item in await steward.caller.list_models():
+                        listed.setdefault(str(item.get("id")), item)
+                except ProxyError as exc:
+                    failure = exc
+            for name in steward.spec.models:
+                listed.setdefault(name, {"type": "model", "id": name, "display_name": name})
+        if not listed and failure is not None:
+            raise failure
+        return list(listed.values())
+
+    def shed_error(self, deadline: float, model: str) -> ProxyError | None:
+        """The error to answer at once when every upstream that serves ``model`` is held
+        by a cooldown that outlasts ``deadline`` (``Resilience.shed_error``'s, of the one
+        that ends first); ``None`` when some upstream may still take the request."""
+        serving = [(s, s.spec.model_id(model)) for s in self.stewards]
+        serving = [(s, m) for s, m in serving if m is not None]
+        if not serving:
+            return None  # the attempt reports it, in the door's terms
+        steward, model_id = min(serving, key=lambda sm: sm[0].resilience.cooling_until(sm[1]))
+        if steward.resilience.cooling_until(model_id) < deadline:
+            return None
+        return steward.resilience.shed_error(deadline, model_id)
+
+    async def call(
+        self,
+        request: UpstreamRequest,
+        op: Op[T],
+        *,
+        deadline: float,
+        headers_of: Callable[[T], Mapping[str, str]] | None = None,
+    ) -> Served[T]:
+        """``op`` on the upstream the route picks, failing over before it answers; the
+        slot is given back on return.
+
+        Raises:
+          ProxyError: the last attempt's error, a 400 when no upstream serves the model, a
+            429/503 ``upstream_cooldown`` when every one that does is cooling down past
+            ``deadline``.
+        """
+        async with self.open(request, op, deadline=deadline, headers_of=headers_of) as served:
+            return served
+
+    @asynccontextmanager
+    async def open(
+        self,
+        request: UpstreamRequest,
+        op: Op[T],
+        *,
+        deadline: float,
+        headers_of: Callable[[T], Mapping[str, str]] | None = None,
+    ) -> AsyncIterator[Served[T]]:
+        """``call``, holding the upstream's slot until the block ends (a stream's life).
+
+        The fleet lets go of ``request`` once the answer is in: a stream's request (for
+        an agent, often its whole conversation) need not live as long as the stream.
+        """
+        if len(self.stewards) == 1:
+            steward = self.stewards[0]
+            model_id = steward.spec.model_id(request.model)
+            if model_id is None:
+                raise _not_served(request.model, self.stewards)
+            mapped = steward.request_for(request, model_id)
+            del request
+            async with steward.slot():
+                value = await steward.resilience.call(
+                    partial(op, steward.caller, mapped),
+                    deadline=deadline,
+                    headers_of=headers_of,
+                    model=model_id,
+                )
+                del mapped
+                yield Served(value, steward.name)
+            return
+        async with self._attempts(request, op, deadline, headers_of) as served:
+            del request
+            yield served
+
+    @asynccontextmanager
+    async def _attempts(
+        self,
+        request: UpstreamRequest,
+        op: Op[T],
+        deadline: float,
+        headers_of: Callable[[T], Mapping[str, str]] | None,
+    ) -> AsyncIterator[Served[T]]:
+        conversation = request.conversation
+        model = request.model
+        tried: set[str] = set()
+        retries = 0
+        last: tuple[ProxyError, Failure, str] | None = None
+        while True:
+            states = [s.state(model) for s in self.stewards]
+            affine = None if conversation is None else self.router.affinity.get(conversation)
+            route = self.router.route(states, conversation)
+            attempt = next((a for a in route.attempts if a.upstream not in tried), None)
+            if attempt is None:
+                if last is None:
+                    await self._wait_for_any(route, states, model, deadline)
+                else:
+                    retry_at = await self._retry_at(last, retries, deadline)
+                    await trio.sleep_until(retry_at)
+                    tried.clear()
+                continue
+            steward = self._by_name[attempt.upstream]
+            if last is not None:
+                exc, failure, failed_at = last
+                if not await steward.resilience.allow_failover(failure, retries, deadline):
+                    raise exc
+                self.events.record_failover(failed_at, steward.name, failure.signal)
+            elif retries == 0:
+                self._first_choice(attempt, states, affine)
+            mapped = steward.request_for(request, attempt.model_id)
+            async with steward.slot():
+                try:
+                    value = await steward.resilience.attempt(
+                        partial(op, steward.caller, mapped),
+                        deadline=deadline,
+                        headers_of=headers_of,
+                        model=attempt.model_id,
+                        first=retries == 0,
+                    )
+                except ProxyError as exc:
+                    failure = classify(exc)
+                    steward.failed(failure)
+                    self.events.record_attempt(steward.name, failure.signal)
+                    exc.upstream = steward.name
+                    if not failure.retryable:
+                        raise
+                    last = (exc, failure, steward.name)
+                else:
+                    del mapped, request
+                    steward.succeeded()
+                    self.events.record_attempt(steward.name, "ok")
+                    self.router.served(conversation, steward.name)
+                    yield Served(value, steward.name)
+                    return
+            tried.add(steward.name)
+            retries += 1
+
+    async def _retry_at(
+        self, last: tuple[ProxyError, Failure, str], retries: int, deadline: float
+    ) -> float:
+        """Every eligible upstream failed once: when the next round may start (the retry
+        policy's backoff, or the ``retry-after``), or the last error if none may."""
+        exc, failure, failed_at = last
+        resilience = self._by_name[failed_at].resilience
+        delay = retry_delay(failure, retries - 1, resilience.config, random.random)
+        if delay is None:
+            raise exc
+        retry_at = trio.current_time() + delay
+        if retry_at >= deadline or not await resilience.allow_failover(failure, retries, deadline):
+            raise exc
+        return retry_at
+
+    async def _wait_for_any(
+        self, route: Route, states: Sequence[UpstreamState], model: str, deadline: float
+    ) -> None:
+        """No upstream can take the request now: none serves the model (400), or all that
+        do are cooling down: wait for the first to come back, or shed if it comes back
+        too late."""
+        if not route.served:
+            raise _not_served(model, self.stewards)
+        error = self.shed_error(deadline, model)
+        if error is not None:
+            raise error
+        until = min(
+            self._by_name[s.name].resilience.cooling_until(s.model_id or model)
+            for s in states
+            if s.model_id is not None
+        )
+        await trio.sleep_until(until)
+
+    def _first_choice(
+        self, attempt: Attempt, states: Sequence[UpstreamState], affine: str | None
+    ) -> None:
+        """Tell the observatory how the first attempt was chosen: did a continuing
+        conversation keep its upstream, did the request spill to another tier."""
+        by_name = {s.name: s for s in states}
+        chosen = by_name[attempt.upstream]
+        if affine is not None and affine in by_name:
+            kept = attempt.upstream == affine
+            self.events.record_affinity(kept)
+            if not kept:
+                self.events.record_spill(affine, attempt.upstream, _why_not(by_name[affine]))
+            return
+        lower = [s for s in states if s.model_id is not None and s.priority < chosen.priority]
+        if lower:
+            preferred = min(lower, key=lambda s: (s.priority, s.index))
+            self.events.record_spill(preferred.name, attempt.upstream, _why_not(preferred))
+
+
+def _why_not(state: UpstreamState) -> str:
+    """Why the router passed over ``state``: the spill's cause."""
+    if state.cooling:
+        return "cooling"
+    if not state.healthy:
+        return "unhealthy"
+    return "full" if not state.has_room else "other"
+
+
+def _not_served(model: str, stewards: Sequence[Steward]) -> ProxyError:
+    names = ", ".join(s.name for s in stewards)
+    return ProxyError(
+        400,
+        f"No upstream of this gateway serves the model {model!r} (upstreams: {names}); "
+        "a bedrock or vertex upstream serves only the models its models table maps.",
+        type="invalid_request_error",
+        param="model",
+        code="model_not_found",
+    )
