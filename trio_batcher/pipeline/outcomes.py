@@ -50,7 +50,15 @@ class Outcomes:
     def __init__(self, metrics: MetricsRegistry | None) -> None:
         self.metrics = metrics
 
-    def success(self, request: UpstreamRequest, usage: Mapping[str, Any], timing: Timing) -> None:
+    def success(
+        self,
+        request: UpstreamRequest,
+        usage: Mapping[str, Any],
+        timing: Timing,
+        *,
+        upstream: str | None = None,
+    ) -> None:
+        """``upstream``: the one that answered, counted under it and priced at its prices."""
         if self.metrics is not None:
             self.metrics.record_success(
                 request.model,
@@ -59,6 +67,7 @@ class Outcomes:
                 stream=request.stream,
                 surface=request.surface,
                 tenant=request.tenant,
+                upstream=upstream,
             )
 
     def error(
@@ -67,7 +76,10 @@ class Outcomes:
         status: int,
         timing: Timing,
         usage: Mapping[str, Any] | None = None,
+        *,
+        upstream: str | None = None,
     ) -> None:
+        """``upstream``: the last one tried; None when the request was never routed."""
         if self.metrics is not None:
             self.metrics.record_error(
                 request.model,
@@ -77,4 +89,5 @@ class Outcomes:
                 usage=usage,
                 surface=request.surface,
                 tenant=request.tenant,
+                upstream=upstream,
             )
