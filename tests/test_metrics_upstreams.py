@@ -273,6 +273,10 @@ def test_a_name_the_configuration_adds_later_gets_its_entry_at_first_use(
     configured.add("c")
     registry.record_success(SONNET, {}, Timing(total=0.1), upstream="c")
     assert set(registry.snapshot()["by_upstream"]) == {OTHER_UPSTREAMS, "c"}
+    # The app may name them once it has read the file, as it does the tenants.
+    registry.known_upstreams = lambda: ("d",)
+    registry.record_success(SONNET, {}, Timing(total=0.1), upstream="d")
+    assert set(registry.snapshot()["by_upstream"]) == {OTHER_UPSTREAMS, "c", "d"}
 
 
 def test_a_tenants_own_view_has_no_upstream_split_nor_routing(pricing: PriceTable) -> None:

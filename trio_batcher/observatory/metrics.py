@@ -173,6 +173,18 @@ class MetricsRegistry:
         with self._lock:
             self._tenants.known_tenants = known_tenants
 
+    @property
+    def known_upstreams(self) -> KnownUpstreams | None:
+        """The configured upstream names (None: any name, up to ``max_upstreams``): asked
+        under the registry's lock the first time each name is recorded, so keep it cheap,
+        e.g. ``lambda: names`` over the upstreams file's names."""
+        return self._upstreams.known_upstreams
+
+    @known_upstreams.setter
+    def known_upstreams(self, known_upstreams: KnownUpstreams | None) -> None:
+        with self._lock:
+            self._upstreams.known_upstreams = known_upstreams
+
     # -- recording -------------------------------------------------------------------------
 
     def record_success(

@@ -113,7 +113,7 @@ class UpstreamBook:
         max_upstreams: int = MAX_UPSTREAMS,
     ) -> None:
         self._window = window
-        self._known_upstreams = known_upstreams
+        self.known_upstreams = known_upstreams
         self._max_upstreams = max(0, max_upstreams)
         self._named = 0  # entries of their own, (other) aside
         self._entries: dict[str, _UpstreamTotals] = {}
@@ -126,7 +126,7 @@ class UpstreamBook:
         if (
             upstream != OTHER_UPSTREAMS
             and self._named < self._max_upstreams
-            and (self._known_upstreams is None or upstream in self._known_upstreams())
+            and (self.known_upstreams is None or upstream in self.known_upstreams())
         ):
             self._named += 1
             name = upstream
