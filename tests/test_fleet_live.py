@@ -110,6 +110,10 @@ async def test_a_529_storm_on_one_upstream_is_served_by_the_other(
         assert (await bad.stats())["by_status"] == {"529": 1}
         assert await _served(good) == 4
         assert metrics["requests"]["error"] == 0, metrics.get("requests", metrics)
+        assert metrics["routing"]["failovers_by_cause"] == {"overloaded": 1}
+        assert metrics["routing"]["failovers"] == [{"from": "up0", "to": "up1", "count": 1}]
+        assert metrics["by_upstream"]["up1"]["requests"] == 4
+        assert metrics["by_upstream"]["up0"]["attempts_by_outcome"] == {"overloaded": 1}
 
 
 async def test_the_failed_upstream_is_tried_again_only_after_its_cooldown(
@@ -212,6 +216,9 @@ async def test_turns_of_a_conversation_stay_on_one_upstream_and_new_ones_follow_
         counts = [sum(1 for u in where.values() if u == {i}) for i in range(2)]
         assert counts == [12, 4]
         assert metrics["requests"]["total"] == 64
+        affinity = metrics["routing"]["affinity"]
+        assert (affinity["continuing_turns"], affinity["kept"]) == (48, 48)
+        assert [metrics["by_upstream"][f"up{i}"]["requests"] for i in range(2)] == [48, 16]
 
 
 async def test_each_upstream_cap_holds_under_concurrency_and_both_are_used(

@@ -252,3 +252,55 @@ def test_a_missing_pricing_file_is_a_value_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read it") as info:
         load_pricing(path)
     assert path in str(info.value)
+
+
+_DEAR = {**_ROW, "input": 2, "output": 4}
+
+
+def test_an_upstream_may_have_its_own_prices_for_some_families(tmp_path: Path) -> None:
+    """``upstreams.<name>`` overrides the families it lists for the calls that upstream
+    served; the rest of the table, and every other upstream, keep the main prices."""
+    doc = {
+        "families": {"m": _ROW, "m-big": _ROW},
+        "upstreams": {"bedrock-eu": {"M": _DEAR, "m-big-fast": _DEAR}},
+    }
+    table = load_pricing(_write(tmp_path, doc))
+    usage = TokenUsage(input=MILLION, output=MILLION)
+    assert table.cost("m-latest", usage) == Decimal(3)
+    assert table.cost("m-latest", usage, upstream="bedrock-eu") == Decimal(6)
+    assert table.cost("m-latest", usage, upstream="anthropic-main") == Decimal(3)
+    assert table.cost("m-big", usage, upstream="bedrock-eu") == Decimal(3)  # not overridden
+    # Families resolve over both tables: the upstream's longer key wins there only.
+    assert table.family_for("m-big-fast-latest", upstream="bedrock-eu") == "m-big-fast"
+    assert table.family_for("m-big-fast-latest") == "m-big"
+    assert table.has_own_prices("bedrock-eu") and not table.has_own_prices("anthropic-main")
+    assert set(table.upstreams["bedrock-eu"]) == {"m", "m-big-fast"}
+
+
+def test_the_bundled_table_has_no_upstream_prices(table: PriceTable) -> None:
+    assert table.upstreams == {}
+    usage = TokenUsage(input=MILLION)
+    assert table.cost("claude-sonnet-4-5", usage, upstream="x") == Decimal(3)
+
+
+@pytest.mark.parametrize(
+    ("upstreams", "problem"),
+    [
+        ([1], '"upstreams" must be an object'),
+        ({"eu": {}}, "upstream 'eu': its prices must be a non-empty object"),
+        ({"eu": [1]}, "upstream 'eu': its prices must be a non-empty object"),
+        ({" ": {"m": _ROW}}, 'an upstream name in "upstreams" is empty'),
+        ({"eu": {"m": {"input": 1}}}, "upstream 'eu': family 'm': missing output"),
+        ({"eu": {"m": {**_ROW, "x": 1}}}, "upstream 'eu': family 'm': unknown field(s) x"),
+        ({"eu": {"m": {**_ROW, "input": -1}}}, "upstream 'eu': family 'm': input must be"),
+        ({"eu": {"m": _ROW, "M": _ROW}}, "upstream 'eu': family 'M' is listed twice"),
+    ],
+)
+def test_a_bad_upstream_price_table_is_a_value_error_naming_the_upstream(
+    tmp_path: Path, upstreams: Any, problem: str
+) -> None:
+    path = _write(tmp_path, {"families": {"m": _ROW}, "upstreams": upstreams})
+    with pytest.raises(ValueError) as info:
+        load_pricing(path)
+    assert path in str(info.value)
+    assert problem in str(info.value)

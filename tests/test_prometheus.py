@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -357,3 +358,168 @@ def test_without_tenants_the_tenant_families_hold_one_other_series(
     assert tenants == {"(other)"}
     assert total(samples, "trio_batcher_tenant_requests_total") == 7
     assert total(samples, "trio_batcher_tenant_rejected_total", tenant="(other)") == 3
+
+
+def record_upstreams(registry: MetricsRegistry) -> None:
+    cached = {"input_tokens": 100, "output_tokens": 40, "cache_read_input_tokens": 900}
+    registry.record_success(SONNET, cached, Timing(total=0.3, upstream=0.2), upstream="main")
+    registry.record_success(
+        SONNET,
+        {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 50},
+        Timing(total=0.6, upstream_ttfb=0.1, upstream=0.5),
+        upstream="bedrock-eu",
+    )
+    registry.record_success(
+        "claude-unknown-9", {"output_tokens": 1}, Timing(total=0.1), upstream="main"
+    )
+    registry.record_error(SONNET, 529, Timing(total=0.2, upstream=0.1), upstream="bedrock-eu")
+    registry.record_error(None, 400, Timing(total=0.001))  # never routed
+    for upstream, outcome in [
+        ("bedrock-eu", "overloaded"),
+        ("main", "ok"),
+        ("main", "ok"),
+        ("bedrock-eu", "ok"),
+        ("bedrock-eu", "overloaded"),
+    ]:
+        registry.record_attempt(upstream, outcome)
+    registry.record_failover("bedrock-eu", "main", "overloaded")
+    registry.record_failover("bedrock-eu", "main", "connect_error")
+    registry.record_spill("main", "bedrock-eu", "full")
+    registry.record_spill("main", "bedrock-eu", "cooling")
+    registry.record_spill("main", "bedrock-eu", "full")
+    for kept in (True, True, False):
+        registry.record_affinity(kept)
+
+
+def test_upstream_families_agree_with_by_upstream() -> None:
+    registry = MetricsRegistry(
+        window=4, pricing=load_pricing(None), known_upstreams=lambda: ("main", "bedrock-eu")
+    )
+    record_upstreams(registry)
+    samples, types = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    snap = registry.snapshot(GAUGES)
+    assert set(snap["by_upstream"]) == {"main", "bedrock-eu"}
+
+    assert types["trio_batcher_routed_requests"] == "counter"
+    assert types["trio_batcher_routed_duration_seconds"] == "histogram"
+    assert types["trio_batcher_routed_attempts"] == "counter"
+    # The resilience families keep their names and their (absent) labels.
+    assert "trio_batcher_upstream_duration_seconds_count" in samples
+    for upstream, row in snap["by_upstream"].items():
+        got = total(samples, "trio_batcher_routed_requests_total", upstream=upstream)
+        assert got == row["requests"]
+        for status, count in row["errors_by_status"].items():
+            assert (
+                total(
+                    samples, "trio_batcher_routed_requests_total", upstream=upstream, status=status
+                )
+                == count
+            )
+        for kind, count in row["tokens"].items():
+            got = total(samples, "trio_batcher_routed_tokens_total", upstream=upstream, kind=kind)
+            assert got == count, (upstream, kind)
+        assert total(samples, "trio_batcher_routed_cost_usd_total", upstream=upstream) == (
+            pytest.approx(row["cost_usd"], rel=1e-12)
+        )
+        assert (
+            total(samples, "trio_batcher_routed_unpriced_requests_total", upstream=upstream)
+            == (row["unpriced_requests"])
+        )
+        for outcome, count in row["attempts_by_outcome"].items():
+            got = total(
+                samples, "trio_batcher_routed_attempts_total", upstream=upstream, outcome=outcome
+            )
+            assert got == count
+        for part in ("total", "queue", "upstream_ttfb", "ttft", "upstream", "overhead"):
+            count = total(
+                samples, "trio_batcher_routed_duration_seconds_count", upstream=upstream, part=part
+            )
+            assert count >= row["timing"].get(f"{part}_ms", row["latency"])["sample_count"]
+    assert total(samples, "trio_batcher_routed_tokens_total", kind="cache_read") == 900
+    assert total(samples, "trio_batcher_routed_tokens_total", kind="cache_write") == 50
+    assert total(samples, "trio_batcher_routed_requests_total") == 4  # the 400 was not routed
+    assert total(samples, "trio_batcher_routed_attempts_total", outcome="overloaded") == 2
+    assert total(samples, "trio_batcher_routed_unpriced_requests_total", upstream="main") == 1
+    ttfb = total(
+        samples,
+        "trio_batcher_routed_duration_seconds_count",
+        upstream="bedrock-eu",
+        part="upstream_ttfb",
+    )
+    assert ttfb == 1
+
+
+def test_failovers_spills_and_affinity_are_exported() -> None:
+    registry = MetricsRegistry(window=4, pricing=load_pricing(None))
+    record_upstreams(registry)
+    samples, types = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    routing = registry.snapshot(GAUGES)["routing"]
+    for name in ("failovers", "spills", "affinity_turns", "failover_paths", "spill_paths"):
+        assert types["trio_batcher_" + name] == "counter"
+    for cause, count in routing["failovers_by_cause"].items():
+        assert total(samples, "trio_batcher_failovers_total", cause=cause) == count
+    for cause, count in routing["spills_by_cause"].items():
+        assert total(samples, "trio_batcher_spills_total", cause=cause) == count
+    assert total(samples, "trio_batcher_failovers_total") == 2
+    assert total(samples, "trio_batcher_spills_total", cause="full") == 2
+    assert (
+        total(
+            samples,
+            "trio_batcher_failover_paths_total",
+            from_upstream="bedrock-eu",
+            to_upstream="main",
+        )
+        == 2
+    )
+    assert (
+        total(samples, "trio_batcher_spill_paths_total", preferred="main", to_upstream="bedrock-eu")
+        == 3
+    )
+    assert total(samples, "trio_batcher_affinity_turns_total", kept="true") == 2
+    assert total(samples, "trio_batcher_affinity_turns_total", kept="false") == 1
+
+
+def test_without_routing_the_affinity_series_are_zero_and_there_is_no_upstream_series(
+    registry: MetricsRegistry,
+) -> None:
+    record_a_mix(registry)  # callers that name no upstream
+    samples, _ = scrape(PrometheusExporter(registry, lambda: GAUGES))
+    assert samples["trio_batcher_routed_requests_total"] == []
+    assert samples["trio_batcher_failovers_total"] == []
+    assert total(samples, "trio_batcher_affinity_turns_total") == 0
+    assert len(samples["trio_batcher_affinity_turns_total"]) == 2
+
+
+def test_every_family_served_is_in_the_docs_table_with_its_labels() -> None:
+    """docs/metrics.md lists each family the exporter serves, in a row naming its labels."""
+    registry = MetricsRegistry(window=4, pricing=load_pricing(None))
+    record_a_mix(registry)
+    record_upstreams(registry)
+    stats = ResilienceStatistics(
+        requests=1,
+        attempts=1,
+        retries=0,
+        retries_denied_by_budget=0,
+        retries_denied_by_deadline=0,
+        shed_by_cooldown=0,
+        failures_by_signal={"overloaded": 1},
+        waiting_for_cooldown=0,
+        cooldowns_opened=0,
+        cooldowns_extended=0,
+        cooldown_remaining=0.0,
+        ratelimit_holds=0,
+        current_limit=None,
+        limit_increases=0,
+        limit_decreases=0,
+    )
+    body, _ = PrometheusExporter(registry, lambda: GAUGES, lambda: stats).render()
+    doc = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    rows = {line.split("`")[1]: line for line in doc.splitlines() if line.startswith("| `trio_")}
+    undocumented = []
+    for family in text_string_to_metric_families(body.decode()):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        row = rows.get(name)
+        labels = {k for sample in family.samples for k in sample.labels} - {"le"}
+        if row is None or any(f"`{label}`" not in row for label in labels):
+            undocumented.append((name, sorted(labels)))
+    assert undocumented == []

@@ -197,7 +197,10 @@ class Runtime:
         else:
             stewards = [build_steward(spec, i, self.settings) for i, spec in enumerate(specs)]
         router = Router(AffinityTable(trio.current_time))
-        return Fleet(stewards, router, None)  # MERGE: self.metrics once it records routing
+        if self.metrics is not None:
+            names = tuple(steward.name for steward in stewards)
+            self.metrics.known_upstreams = lambda: names
+        return Fleet(stewards, router, self.metrics)
 
     async def aclose(self) -> None:
         """Close every upstream's connections (the lifespan's end)."""

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +148,7 @@ def assert_metrics_shown(opened: Opened, snap: dict[str, Any]) -> None:
     for chart in ("chart-latency", "chart-timing", "chart-inflight", "chart-rates"):
         assert opened.page.locator(f"svg[data-testid={chart}] path").count() > 0, chart
     assert_tenants_shown(opened, snap.get("by_tenant"))
+    assert_upstreams_shown(opened, snap)
 
 
 def assert_tenants_shown(opened: Opened, by_tenant: dict[str, Any] | None) -> None:
@@ -178,6 +179,58 @@ def assert_tenants_shown(opened: Opened, by_tenant: dict[str, Any] | None) -> No
         if latency["p95"] is not None:
             assert_shows(opened, f"tenant-p50-{name}", latency["p50"], 1)
             assert_shows(opened, f"tenant-p95-{name}", latency["p95"], 1)
+
+
+def assert_upstreams_shown(opened: Opened, snap: dict[str, Any]) -> None:
+    """The upstream table shows ``by_upstream`` and the routing counts, or, with nothing to
+    split (no ``by_upstream``, or only ``default`` and no failover or spill), is hidden."""
+    by_upstream, routing = snap.get("by_upstream"), snap.get("routing")
+    panel = opened.page.locator("#upstreams-panel")
+    if (
+        not by_upstream
+        or not routing
+        or (
+            list(by_upstream) == ["default"]
+            and routing["failovers_total"] + routing["spills_total"] == 0
+        )
+    ):
+        assert not panel.is_visible()
+        return
+    assert panel.is_visible()
+    assert opened.number("routing-failovers") == routing["failovers_total"]
+    assert opened.number("routing-spills") == routing["spills_total"]
+    for name, u in by_upstream.items():
+        assert opened.number(f"upstream-requests-{name}") == u["requests"], name
+        assert opened.number(f"upstream-errors-{name}") == u["errors"], name
+        assert opened.number(f"upstream-attempts-{name}") == u["attempts"], name
+        shown, cost = opened.number(f"upstream-cost-{name}"), u["cost_usd"]
+        assert math.isclose(shown, cost, rel_tol=0.005, abs_tol=1e-9), (name, shown, cost)
+        if u["latency"]["p50_ms"] is not None:
+            assert_shows(opened, f"upstream-p50-{name}", u["latency"]["p50_ms"], 1)
+            assert_shows(opened, f"upstream-p95-{name}", u["latency"]["p95_ms"], 1)
+        if u["cache_read_ratio"] is not None:
+            assert_shows(opened, f"upstream-cache-read-{name}", 100 * u["cache_read_ratio"], 1)
+
+
+def open_dashboard(
+    proxy: LiveProxy, open_page: Callable[..., Opened], snapshot: Callable[[], Any]
+) -> Opened:
+    """``/dashboard`` of the running proxy, its ``/metrics`` polls answered with
+    ``snapshot()`` (called for each poll: uptime moves on, so the rate charts have an
+    interval), after two polls."""
+
+    def answer(route: Any) -> None:
+        body = json.dumps(snapshot())
+        route.fulfill(status=200, content_type="application/json", body=body)
+
+    opened = open_page(
+        proxy.url + "/dashboard", ready="body[data-mode='live']", routes={"**/metrics": answer}
+    )
+    opened.page.wait_for_function(
+        "Number(document.querySelector('[data-testid=poll-count]')?.textContent) >= 2",
+        timeout=10_000,
+    )
+    return opened
 
 
 def assert_report_shown(opened: Opened, report: dict[str, Any]) -> None:

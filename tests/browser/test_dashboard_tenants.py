@@ -10,11 +10,10 @@ expects the table hidden behind its note.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from browser_support import LiveProxy, assert_metrics_shown, assert_tenants_shown
+from browser_support import LiveProxy, assert_metrics_shown, assert_tenants_shown, open_dashboard
 
 from trio_batcher.observatory.metrics import Gauges, MetricsRegistry, Timing
 from trio_batcher.observatory.pricing import load_pricing
@@ -51,26 +50,14 @@ def tenant_traffic() -> MetricsRegistry:
     return registry
 
 
-def open_dashboard(
+def open_tenant_dashboard(
     proxy: LiveProxy, open_page: Any, registry: MetricsRegistry, tenant: str | None = None
 ) -> Any:
-    """``/dashboard`` of the running proxy, its ``/metrics`` polls answered by ``registry``
-    (a fresh snapshot each time: uptime moves on, so the rate charts have an interval): the
-    whole view, or what ``tenant``'s own key reads."""
-
-    def answer(route: Any) -> None:
-        snap = registry.snapshot(GAUGES) if tenant is None else registry.tenant_snapshot(tenant)
-        body = json.dumps(snap)
-        route.fulfill(status=200, content_type="application/json", body=body)
-
-    opened = open_page(
-        proxy.url + "/dashboard", ready="body[data-mode='live']", routes={"**/metrics": answer}
-    )
-    opened.page.wait_for_function(
-        "Number(document.querySelector('[data-testid=poll-count]')?.textContent) >= 2",
-        timeout=10_000,
-    )
-    return opened
+    """``/dashboard`` of the running proxy, its ``/metrics`` polls answered by ``registry``:
+    the whole view, or what ``tenant``'s own key reads."""
+    if tenant is None:
+        return open_dashboard(proxy, open_page, lambda: registry.snapshot(GAUGES))
+    return open_dashboard(proxy, open_page, lambda: registry.tenant_snapshot(tenant))
 
 
 def test_dashboard_shows_cost_and_shed_rate_per_tenant(
@@ -79,7 +66,7 @@ def test_dashboard_shows_cost_and_shed_rate_per_tenant(
     registry = tenant_traffic()
     snap = registry.snapshot(GAUGES)
     assert set(snap["by_tenant"]) == TENANTS | {"(other)"}
-    opened = open_dashboard(live_proxy, open_page, registry)
+    opened = open_tenant_dashboard(live_proxy, open_page, registry)
     assert_metrics_shown(opened, snap)  # every tile and table, the tenant table among them
     rows = opened.page.locator("#tenants tbody tr")
     assert rows.count() == 4
@@ -99,7 +86,7 @@ def test_one_tenant_alone_hides_the_table_behind_a_note(
     registry = MetricsRegistry(window=8, pricing=load_pricing(None))  # no tenants configured
     registry.record_success(SONNET, {"output_tokens": 5}, Timing(total=0.1))
     registry.record_rejected("queue_full")
-    opened = open_dashboard(live_proxy, open_page, registry)
+    opened = open_tenant_dashboard(live_proxy, open_page, registry)
     assert_tenants_shown(opened, registry.snapshot()["by_tenant"])
     assert "one tenant, (other)" in opened.text("tenants-none")
     opened.assert_clean()
@@ -110,7 +97,7 @@ def test_a_tenants_own_view_shows_its_figures_and_says_the_rest_is_not_its_to_se
 ) -> None:
     registry = tenant_traffic()
     own = registry.tenant_snapshot("team-batch")
-    opened = open_dashboard(live_proxy, open_page, registry, tenant="team-batch")
+    opened = open_tenant_dashboard(live_proxy, open_page, registry, tenant="team-batch")
     assert "team-batch" in opened.text("own-view")
     assert opened.number("req-total") == own["requests"]["total"] == 40
     assert opened.number("shed-total") == own["rejected"]["total"] == 30

@@ -24,16 +24,21 @@ Requests the proxy refused before doing any work (``record_rejected``) are count
 they are outside ``requests`` and outside every latency sample, so shedding load cannot make
 the latency percentiles look better.
 
-Three breakdowns sit beside the totals, each in its own module: per model (``models``:
+Four breakdowns sit beside the totals, each in its own module: per model (``models``:
 names come from clients, so a name earns an entry only once the upstream answered for it),
-per front door (``surfaces``: names come from the code) and per tenant (``tenants``: names
+per front door (``surfaces``: names come from the code), per tenant (``tenants``: names
 come from the tenants configuration, through ``known_tenants``; anything else, and no
-tenant at all, is the one ``(other)`` entry). Every finished or shed request is in exactly
-one tenant entry, so ``by_tenant`` adds up to ``requests`` and ``rejected``.
+tenant at all, is the one ``(other)`` entry) and per upstream (``upstreams``: names come
+from the upstreams configuration, through ``known_upstreams``, with the routing events:
+failovers, spills, affinity). Every finished or shed request is in exactly one tenant
+entry, so ``by_tenant`` adds up to ``requests`` and ``rejected``; a request's cost is
+computed once, at the price of the upstream that served it, and that one figure goes to
+every breakdown it is in.
 
 Memory is bounded: windows by ``window`` (clamped to [1, 100000]), per-model entries by
-``max_models``, per-tenant entries by ``max_tenants`` (each with its own windows), status
-codes and rejection reasons by the code that produces them.
+``max_models``, per-tenant entries by ``max_tenants`` and per-upstream ones by
+``max_upstreams`` (each with its own windows), status codes, rejection reasons, attempt
+outcomes and routing causes by the code that produces them.
 
 When metrics are disabled the application holds no registry at all, so nothing here runs.
 """
@@ -63,12 +68,15 @@ from .surfaces import SurfaceTotals
 from .tenant_view import tenant_document
 from .tenants import OTHER_TENANTS as OTHER_TENANTS
 from .tenants import KnownTenants, TenantBook, TenantStatistics, no_tenants
+from .upstreams import MAX_UPSTREAMS, KnownUpstreams, RoutingTotals, UpstreamBook
+from .upstreams import OTHER_UPSTREAMS as OTHER_UPSTREAMS
 
 __all__ = [
     "LATENCY_BUCKETS",
     "NO_MODEL",
     "OTHER_MODELS",
     "OTHER_TENANTS",
+    "OTHER_UPSTREAMS",
     "WINDOW_MAX",
     "WINDOW_MIN",
     "Gauges",
@@ -98,6 +106,10 @@ class MetricsRegistry:
         (the bundled catalogue), so an outage right after start still shows per model.
       known_tenants: the configured tenant names (``by_tenant``); see :attr:`known_tenants`.
       max_tenants: distinct tenant names tracked individually; later ones share ``(other)``.
+      known_upstreams: the configured upstream names (``by_upstream``), asked (under the
+        registry's lock) the first time each name is recorded; None accepts any name.
+      max_upstreams: distinct upstream names tracked individually; later ones share
+        ``(other)``.
       clock: monotonic seconds, for ``uptime_s`` (tests inject one).
     """
 
@@ -110,6 +122,8 @@ class MetricsRegistry:
         known_model: Callable[[str], bool] = lambda _: False,
         known_tenants: KnownTenants = no_tenants,
         max_tenants: int = 100,
+        known_upstreams: KnownUpstreams | None = None,
+        max_upstreams: int = MAX_UPSTREAMS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.window: Final = max(WINDOW_MIN, min(WINDOW_MAX, window))
@@ -118,6 +132,10 @@ class MetricsRegistry:
         self._tenants = TenantBook(
             self.window, known_tenants=known_tenants, max_tenants=max_tenants
         )
+        self._upstreams = UpstreamBook(
+            self.window, known_upstreams=known_upstreams, max_upstreams=max_upstreams
+        )
+        self._routing = RoutingTotals()
         self._clock = clock
         self._started_mono = clock()
         self._started_wall = time.time()
@@ -155,6 +173,18 @@ class MetricsRegistry:
         with self._lock:
             self._tenants.known_tenants = known_tenants
 
+    @property
+    def known_upstreams(self) -> KnownUpstreams | None:
+        """The configured upstream names (None: any name, up to ``max_upstreams``): asked
+        under the registry's lock the first time each name is recorded, so keep it cheap,
+        e.g. ``lambda: names`` over the upstreams file's names."""
+        return self._upstreams.known_upstreams
+
+    @known_upstreams.setter
+    def known_upstreams(self, known_upstreams: KnownUpstreams | None) -> None:
+        with self._lock:
+            self._upstreams.known_upstreams = known_upstreams
+
     # -- recording -------------------------------------------------------------------------
 
     def record_success(
@@ -166,22 +196,29 @@ class MetricsRegistry:
         stream: bool = False,
         surface: str | None = None,
         tenant: str | None = None,
+        upstream: str | None = None,
     ) -> None:
         """Count a request answered from upstream: latency, tokens, and cost if priced.
 
         ``surface``: the door it came in by, counted apart as well (``by_surface``).
         ``tenant``: whose request it was (``by_tenant``; None or unknown: ``(other)``).
+        ``upstream``: the upstream that answered (``by_upstream``); its prices, where the
+        price table gives it its own, are the ones this request costs everywhere.
         """
         with self._lock:
             entry = self._count_request(model, "200", timing, stream, answered=True)
             self._success += 1
             tokens = TokenUsage.from_anthropic(usage)
-            cost = self._spend(model, entry, tokens)
+            cost = self._spend(model, entry, tokens, upstream=upstream)
             if surface is not None:
                 self._surface(surface).record(
                     "200", timing, stream=stream, tokens=tokens, cost=cost
                 )
             self._tenants.record(tenant, "200", timing, stream=stream, tokens=tokens, cost=cost)
+            if upstream is not None:
+                self._upstreams.record(
+                    upstream, "200", timing, stream=stream, tokens=tokens, cost=cost
+                )
 
     def record_error(
         self,
@@ -193,11 +230,13 @@ class MetricsRegistry:
         usage: Mapping[str, Any] | None = None,
         surface: str | None = None,
         tenant: str | None = None,
+        upstream: str | None = None,
     ) -> None:
         """Count a request that ended in an error: latency, and tokens and cost only for
         ``usage`` the upstream reported before it ended (a stream its client left).
 
-        ``surface``, ``tenant``: as for :meth:`record_success`.
+        ``surface``, ``tenant``, ``upstream``: as for :meth:`record_success`; a request
+        refused before it was routed has no ``upstream`` and is in no upstream's entry.
         """
         with self._lock:
             # Usage means the upstream took the request: the name is a real model.
@@ -208,7 +247,7 @@ class MetricsRegistry:
             tokens = cost = None
             if usage and model is not None:
                 tokens = TokenUsage.from_anthropic(usage)
-                cost = self._spend(model, entry, tokens)
+                cost = self._spend(model, entry, tokens, upstream=upstream)
             if surface is not None:
                 self._surface(surface).record(
                     str(status), timing, stream=stream, tokens=tokens, cost=cost
@@ -216,6 +255,10 @@ class MetricsRegistry:
             self._tenants.record(
                 tenant, str(status), timing, stream=stream, tokens=tokens, cost=cost
             )
+            if upstream is not None:
+                self._upstreams.record(
+                    upstream, str(status), timing, stream=stream, tokens=tokens, cost=cost
+                )
 
     def record_offline(
         self,
@@ -257,12 +300,22 @@ class MetricsRegistry:
         return entry
 
     def _spend(
-        self, model: str, entry: ModelTotals, tokens: TokenUsage, factor: Decimal | None = None
+        self,
+        model: str,
+        entry: ModelTotals,
+        tokens: TokenUsage,
+        factor: Decimal | None = None,
+        *,
+        upstream: str | None = None,
     ) -> Decimal | None:
-        """Add ``tokens`` to the totals; their cost (times ``factor``), or None when unpriced."""
+        """Add ``tokens`` to the totals; their cost (times ``factor``) at ``upstream``'s
+        prices where it has its own, or None when unpriced."""
         entry.add_tokens(tokens)
         self._all.add_tokens(tokens)
-        price = self.pricing.price_for(model) if entry.shared else entry.price
+        if upstream is not None and self.pricing.has_own_prices(upstream):
+            price = self.pricing.price_for(model, upstream)
+        else:
+            price = self.pricing.price_for(model) if entry.shared else entry.price
         if price is not None:
             cost = price.cost(tokens) if factor is None else price.cost(tokens) * factor
             entry.cost += cost
@@ -272,6 +325,34 @@ class MetricsRegistry:
         self._unpriced.requests += 1
         self._unpriced.add_tokens(tokens)
         return None
+
+    def record_attempt(self, upstream: str, outcome: str) -> None:
+        """Count one attempt on ``upstream`` and how it went: ``"ok"``, or the failure
+        signal (``overloaded``, ``rate_limited``, ``server_error``, ``connect_error``,
+        ``timeout``, ``client_error``, ...)."""
+        with self._lock:
+            self._upstreams.record_attempt(upstream, outcome)
+
+    def record_failover(self, from_upstream: str, to_upstream: str, cause: str) -> None:
+        """Count a request moved to ``to_upstream`` after ``from_upstream`` failed before
+        its first byte (``cause``: the failure signal)."""
+        with self._lock:
+            names = self._upstreams.name(from_upstream), self._upstreams.name(to_upstream)
+            self._routing.record_failover(*names, cause)
+
+    def record_spill(self, preferred: str, to_upstream: str, cause: str) -> None:
+        """Count a request ``to_upstream`` took because its ``preferred`` upstream (the
+        conversation's own, or the weighted pick) was full (``cause`` ``"full"``) or
+        cooling down (``"cooling"``)."""
+        with self._lock:
+            names = self._upstreams.name(preferred), self._upstreams.name(to_upstream)
+            self._routing.record_spill(*names, cause)
+
+    def record_affinity(self, kept: bool) -> None:
+        """Count a continuing conversation's turn (its key was in the affinity table):
+        sent to the upstream that served it before (``kept``), or moved elsewhere."""
+        with self._lock:
+            self._routing.record_affinity(kept)
 
     def record_rejected(self, reason: str, *, tenant: str | None = None) -> None:
         """Count a request shed before any work (queue_full, queue_timeout, shutdown,
@@ -347,6 +428,8 @@ class MetricsRegistry:
             started_at=self._started_wall,
             by_surface={name: entry.statistics() for name, entry in self._surfaces.items()},
             by_tenant=self._tenants.statistics(),
+            by_upstream=self._upstreams.statistics(),
+            routing=self._routing.statistics(),
         )
 
     def tenant_statistics(self, tenant: str) -> TenantStatistics:
@@ -381,12 +464,14 @@ class MetricsRegistry:
             samples = {name: list(values) for name, values in self._samples.items()}
             surface_samples = {name: entry.samples() for name, entry in self._surfaces.items()}
             tenant_samples = self._tenants.samples()
+            upstream_samples = self._upstreams.samples()
             uptime = self._clock() - self._started_mono
         return snapshot_document(
             stats,
             samples,
             surface_samples,
             tenant_samples,
+            upstream_samples,
             window=self.window,
             uptime=uptime,
             pricing=self.pricing,

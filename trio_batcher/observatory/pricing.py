@@ -16,12 +16,21 @@ a nonzero one- or two-digit number, which names a minor version the table does n
 (``claude-opus-4-9``) rather than a dated alias (``claude-opus-4-20250514``), a word
 (``-latest``) or ``-0`` (``claude-opus-4-0``).
 
+A deployment that routes to several upstreams (``upstreams``) may pay different prices on
+some of them (a Bedrock or Vertex regional endpoint, a negotiated rate): the optional
+top-level ``upstreams`` object gives an upstream its own families, which override the main
+table for the calls that upstream served. A model name then resolves over the main table's
+families and that upstream's together, by the same rules, and takes the upstream's price
+where it has one. The family keys match the name the client sent (as the main table's do),
+never the upstream's own model id.
+
 Money is ``Decimal`` throughout, so a million input plus a million output tokens costs
 exactly the table's two prices added, with no binary-float residue.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -118,17 +127,40 @@ class ModelPrice:
 @final
 @dataclass(frozen=True)
 class PriceTable:
-    """Family prices plus where they came from. Build it with :func:`load_pricing`."""
+    """Family prices plus where they came from. Build it with :func:`load_pricing`.
+
+    ``upstreams``: upstream name -> the families whose prices differ there (only those);
+    see the module docstring.
+    """
 
     families: Mapping[str, ModelPrice]
     source: str = ""
     as_of: str = ""
+    upstreams: Mapping[str, Mapping[str, ModelPrice]] = dataclasses.field(default_factory=dict)
+    # upstream name -> the main table with that upstream's families laid over it
+    _merged: Mapping[str, Mapping[str, ModelPrice]] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
 
-    def family_for(self, model: str) -> str | None:
-        """The family key ``model`` resolves to, or None when the table does not price it."""
+    def __post_init__(self) -> None:
+        merged = {name: {**self.families, **own} for name, own in self.upstreams.items()}
+        object.__setattr__(self, "_merged", merged)
+
+    def _table(self, upstream: str | None) -> Mapping[str, ModelPrice]:
+        if upstream is None:
+            return self.families
+        return self._merged.get(upstream, self.families)
+
+    def has_own_prices(self, upstream: str) -> bool:
+        """Whether the table gives ``upstream`` prices of its own."""
+        return upstream in self.upstreams
+
+    def family_for(self, model: str, upstream: str | None = None) -> str | None:
+        """The family key ``model`` resolves to (among ``upstream``'s own families too, when
+        given), or None when the table does not price it."""
         name = model.lower()
         best: str | None = None
-        for key in self.families:
+        for key in self._table(upstream):
             if (
                 name.startswith(key)
                 and (best is None or len(key) > len(best))
@@ -137,13 +169,16 @@ class PriceTable:
                 best = key
         return best
 
-    def price_for(self, model: str) -> ModelPrice | None:
-        family = self.family_for(model)
-        return None if family is None else self.families[family]
+    def price_for(self, model: str, upstream: str | None = None) -> ModelPrice | None:
+        """``model``'s prices: ``upstream``'s own where it has them, else the main table's."""
+        table = self._table(upstream)
+        family = self.family_for(model, upstream)
+        return None if family is None else table[family]
 
-    def cost(self, model: str, usage: TokenUsage) -> Decimal | None:
-        """USD cost of ``usage`` on ``model``, or None when the model is unpriced."""
-        price = self.price_for(model)
+    def cost(self, model: str, usage: TokenUsage, upstream: str | None = None) -> Decimal | None:
+        """USD cost of ``usage`` on ``model`` served by ``upstream`` (None: the main table),
+        or None when the model is unpriced."""
+        price = self.price_for(model, upstream)
         return None if price is None else price.cost(usage)
 
 
@@ -179,6 +214,32 @@ def _parse_table(doc: object) -> PriceTable:
     families = doc.get("families")
     if not isinstance(families, dict) or not families:
         raise ValueError('"families" must be a non-empty object of family -> prices')
+    table = _parse_families(families)
+    upstreams = doc.get("upstreams", {})
+    if not isinstance(upstreams, dict):
+        raise ValueError('"upstreams" must be an object of upstream name -> families')
+    own: dict[str, dict[str, ModelPrice]] = {}
+    for name, rows in upstreams.items():
+        if not name.strip():
+            raise ValueError('an upstream name in "upstreams" is empty')
+        if not isinstance(rows, dict) or not rows:
+            raise ValueError(
+                f"upstream {name!r}: its prices must be a non-empty object of family -> prices"
+            )
+        try:
+            own[name] = _parse_families(rows)
+        except ValueError as exc:
+            raise ValueError(f"upstream {name!r}: {exc}") from None
+    unit = doc.get("unit", _UNIT)
+    if unit != _UNIT:
+        raise ValueError(f'"unit" must be {_UNIT!r} (got {unit!r}); convert the prices')
+    source, as_of = doc.get("source", ""), doc.get("as_of", "")
+    if not isinstance(source, str) or not isinstance(as_of, str):
+        raise ValueError('"source" and "as_of" must be strings')
+    return PriceTable(families=table, source=source, as_of=as_of, upstreams=own)
+
+
+def _parse_families(families: dict[str, object]) -> dict[str, ModelPrice]:
     table: dict[str, ModelPrice] = {}
     for raw_key, row in families.items():
         key = raw_key.strip().lower()
@@ -187,13 +248,7 @@ def _parse_table(doc: object) -> PriceTable:
         if key in table:
             raise ValueError(f"family {raw_key!r} is listed twice (names are case-insensitive)")
         table[key] = _parse_row(raw_key, row)
-    unit = doc.get("unit", _UNIT)
-    if unit != _UNIT:
-        raise ValueError(f'"unit" must be {_UNIT!r} (got {unit!r}); convert the prices')
-    source, as_of = doc.get("source", ""), doc.get("as_of", "")
-    if not isinstance(source, str) or not isinstance(as_of, str):
-        raise ValueError('"source" and "as_of" must be strings')
-    return PriceTable(families=table, source=source, as_of=as_of)
+    return table
 
 
 def _parse_row(family: str, row: object) -> ModelPrice:

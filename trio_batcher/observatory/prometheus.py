@@ -27,6 +27,7 @@ from .gc_pauses import GcStatistics
 from .metrics import Gauges, MetricsRegistry
 from .prometheus_breakdown import PREFIX, buckets, surface_families, tenant_families
 from .prometheus_cluster import ClusterCollector
+from .prometheus_upstreams import routing_families, upstream_families
 
 __all__ = ["PrometheusExporter"]
 
@@ -170,6 +171,8 @@ class _RegistryCollector:
 
         yield from surface_families(stats.by_surface)
         yield from tenant_families(stats.by_tenant)
+        yield from upstream_families(stats.by_upstream)
+        yield from routing_families(stats.routing)
 
         yield _start_time(stats.started_at)
 

@@ -18,7 +18,7 @@ from .latency import HistogramCounts
 from .surfaces import SurfaceStatistics
 from .tenants import TenantStatistics
 
-__all__ = ["PREFIX", "buckets", "surface_families", "tenant_families"]
+__all__ = ["PREFIX", "breakdown_families", "buckets", "surface_families", "tenant_families"]
 
 PREFIX: Final = "trio_batcher_"
 
@@ -29,11 +29,15 @@ def buckets(counts: HistogramCounts) -> list[tuple[str, float]]:
     return list(zip(bounds, map(float, counts.cumulative), strict=True))
 
 
-def _families(
-    label: str, entries: Mapping[str, SurfaceStatistics], docs: Mapping[str, str]
+def breakdown_families(
+    label: str,
+    entries: Mapping[str, SurfaceStatistics],
+    docs: Mapping[str, str],
+    stem: str | None = None,
 ) -> Iterator[Metric]:
-    """``<label>_requests``, ``_tokens``, ``_cost_usd`` and ``_duration_seconds`` by ``label``."""
-    name = PREFIX + label + "_"
+    """``<stem>_requests``, ``_tokens``, ``_cost_usd`` and ``_duration_seconds`` by
+    ``label`` (``stem``: ``label`` unless its names are taken, as ``upstream_*`` are)."""
+    name = PREFIX + (label if stem is None else stem) + "_"
     requests = CounterMetricFamily(name + "requests", docs["requests"], labels=[label, "status"])
     tokens = CounterMetricFamily(name + "tokens", docs["tokens"], labels=[label, "kind"])
     cost = CounterMetricFamily(name + "cost_usd", docs["cost"], labels=[label])
@@ -80,12 +84,12 @@ _TENANT_DOCS: Final = {
 
 def surface_families(by_surface: Mapping[str, SurfaceStatistics]) -> Iterator[Metric]:
     """Each front door apart: requests, tokens, cost and the timing split per surface."""
-    yield from _families("surface", by_surface, _SURFACE_DOCS)
+    yield from breakdown_families("surface", by_surface, _SURFACE_DOCS)
 
 
 def tenant_families(by_tenant: Mapping[str, TenantStatistics]) -> Iterator[Metric]:
     """Each tenant apart: the surface families' four, plus shedding and unpriced usage."""
-    yield from _families(
+    yield from breakdown_families(
         "tenant", {name: entry.finished for name, entry in by_tenant.items()}, _TENANT_DOCS
     )
     rejected = CounterMetricFamily(

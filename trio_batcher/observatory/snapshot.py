@@ -16,6 +16,7 @@ from .pricing import PriceTable
 from .statistics import Gauges, MetricsStatistics
 from .surfaces import surface_snapshot
 from .tenants import tenant_snapshot
+from .upstreams import routing_snapshot, upstream_snapshot
 
 __all__ = ["snapshot_document"]
 
@@ -25,6 +26,7 @@ def snapshot_document(
     samples: dict[str, list[float]],
     surface_samples: Mapping[str, Mapping[str, list[float]]],
     tenant_samples: Mapping[str, Mapping[str, list[float]]],
+    upstream_samples: Mapping[str, Mapping[str, list[float]]],
     *,
     window: int,
     uptime: float,
@@ -126,6 +128,16 @@ def snapshot_document(
             name: tenant_snapshot(stats.by_tenant[name], tenant_samples[name])
             for name in sorted(stats.by_tenant)
         },
+        "by_upstream": {
+            name: upstream_snapshot(
+                stats.by_upstream[name],
+                upstream_samples[name],
+                window=window,
+                own_prices=pricing.has_own_prices(name),
+            )
+            for name in sorted(stats.by_upstream)
+        },
+        "routing": routing_snapshot(stats.routing),
         "started_at": datetime.fromtimestamp(stats.started_at, UTC).isoformat(
             timespec="milliseconds"
         ),

@@ -17,6 +17,7 @@ from .latency import HistogramCounts
 from .models import ModelStatistics
 from .surfaces import SurfaceStatistics
 from .tenants import TenantStatistics
+from .upstreams import RoutingStatistics, UpstreamStatistics
 
 __all__ = ["Gauges", "MetricsStatistics"]
 
@@ -69,3 +70,7 @@ class MetricsStatistics:
     started_at: float  # Unix time
     by_surface: Mapping[str, SurfaceStatistics] = field(default_factory=dict)
     by_tenant: Mapping[str, TenantStatistics] = field(default_factory=dict)
+    by_upstream: Mapping[str, UpstreamStatistics] = field(default_factory=dict)
+    routing: RoutingStatistics = field(
+        default_factory=lambda: RoutingStatistics({}, {}, {}, {}, 0, 0)
+    )

@@ -58,6 +58,7 @@ class Outcomes:
         *,
         upstream: str | None = None,
     ) -> None:
+        """``upstream``: the one that answered, counted under it and priced at its prices."""
         if self.metrics is not None:
             self.metrics.record_success(
                 request.model,
@@ -66,6 +67,7 @@ class Outcomes:
                 stream=request.stream,
                 surface=request.surface,
                 tenant=request.tenant,
+                upstream=upstream,
             )
 
     def error(
@@ -77,6 +79,7 @@ class Outcomes:
         *,
         upstream: str | None = None,
     ) -> None:
+        """``upstream``: the last one tried; None when the request was never routed."""
         if self.metrics is not None:
             self.metrics.record_error(
                 request.model,
@@ -86,4 +89,5 @@ class Outcomes:
                 usage=usage,
                 surface=request.surface,
                 tenant=request.tenant,
+                upstream=upstream,
             )

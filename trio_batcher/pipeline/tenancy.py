@@ -83,7 +83,8 @@ class TenantGrant:
         self, model: str, usage: Mapping[str, Any] | None, *, upstream: str | None = None
     ) -> None:
         """The request's usage is known (or it ended without any): charge the actual
-        tokens and their cost. Once per grant."""
+        tokens and their cost, at the prices of the ``upstream`` that served it where the
+        price table gives it its own (the figure the observatory counts). Once per grant."""
         if self._settled:
             return
         self._settled = True
@@ -93,7 +94,7 @@ class TenantGrant:
                 tokens.input + tokens.output + tokens.cache_read + tokens.cache_write
             )
         if self._budgets is not None and self._pricing is not None and usage:
-            cost = self._pricing.cost(model, tokens)
+            cost = self._pricing.cost(model, tokens, upstream=upstream)
             if cost:
                 self._budgets.charge(self.name, float(cost))
 
