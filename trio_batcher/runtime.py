@@ -200,7 +200,13 @@ class Runtime:
         if self.metrics is not None:
             names = tuple(steward.name for steward in stewards)
             self.metrics.known_upstreams = lambda: names
-        return Fleet(stewards, router, self.metrics)
+        shared = self.shared
+        return Fleet(
+            stewards,
+            router,
+            self.metrics,
+            share=(lambda: shared.affinity) if shared is not None else None,
+        )
 
     async def aclose(self) -> None:
         """Close every upstream's connections (the lifespan's end)."""

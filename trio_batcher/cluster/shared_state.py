@@ -27,7 +27,9 @@ import trio
 
 from ..settings import Settings
 from ..upstream.resilience import Resilience
+from ..upstreams.affinity import DEFAULT_TTL_S as AFFINITY_TTL_S
 from .adaptive import SharedAdaptiveLimit
+from .affinity import SharedAffinity
 from .budget import SharedRetryBudget
 from .connection import ClusterConfig, ClusterUnavailable, RedisLink, open_link
 from .cooldowns import SharedCooldowns
@@ -74,6 +76,8 @@ class SharedState:
         self._adaptive: SharedAdaptiveLimit | None = None
         self._link: RedisLink | None = None
         self._requests_to_count = 0
+        # The cluster's cache-affinity table, while ``run()`` runs (``upstreams.fleet``).
+        self.affinity: SharedAffinity | None = None
 
     @property
     def link(self) -> RedisLink | None:
@@ -151,6 +155,9 @@ class SharedState:
                         )
                     await nursery.start(self.fallback.run_probe, link.ping)
                     nursery.start_soon(self._publish, SharedCooldowns(link))
+                    affinity = SharedAffinity(link, ttl_s=AFFINITY_TTL_S)
+                    await nursery.start(affinity.run)
+                    self.affinity = affinity
                     nursery.start_soon(self._count_requests_periodically)
                     nursery.start_soon(self._rejoin_after_outages)
                     task_status.started()
@@ -252,4 +259,5 @@ class SharedState:
                 self._adaptive.reports_dropped if self._adaptive is not None else 0
             ),
             "redis": self._link.round_trips() if self._link is not None else None,
+            "affinity": self.affinity.statistics() if self.affinity is not None else None,
         }

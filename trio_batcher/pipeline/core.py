@@ -102,7 +102,7 @@ class Pipeline:
     ) -> Keyer | None:
         """How a door names the conversation a request is a turn of, for cache affinity;
         ``None`` when there is one upstream (nothing to keep it on, so nothing to compute)."""
-        if not self._fleet.routes:
+        if not self._fleet.routes or not self.settings.upstream_affinity:
             return None
         return conversation_keyer(tenant.name if tenant is not None else None, headers)
 

@@ -86,6 +86,7 @@ class Settings:
     proxy_api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     tenants_file: str | None = None
     upstreams_file: str | None = None
+    upstream_affinity: bool = True
     cors_allow_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB

@@ -342,8 +342,17 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         parsers.file_path,
         None,
         "A TOML file of upstreams (one [[upstream]] table per Anthropic, Bedrock or Vertex AI "
-        "deployment: kind, caps, weights, priorities, model ids); unset = one Anthropic "
-        "upstream, ANTHROPIC_BASE_URL. Read and checked at start; not yet routed to.",
+        "deployment: kind, caps, weights, priorities, model ids), routed among with "
+        "failover and cache affinity (docs/upstreams.md); unset = one Anthropic upstream, "
+        "ANTHROPIC_BASE_URL.",
+    ),
+    SettingSpec(
+        "UPSTREAM_AFFINITY",
+        "upstream_affinity",
+        parsers.boolean,
+        True,
+        "With several upstreams, send each conversation's turns back to the upstream that "
+        "served it (its prompt cache is there); off = every request by weight.",
     ),
     SettingSpec(
         "CORS_ALLOW_ORIGINS",

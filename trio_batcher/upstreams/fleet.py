@@ -60,6 +60,16 @@ T = TypeVar("T")
 Op = Callable[[MessagesCaller, UpstreamRequest], Awaitable[T]]
 
 
+class AffinityShare(Protocol):
+    """The cluster's affinity table (``cluster.affinity.SharedAffinity``), consulted
+    when this instance's own has no entry, and told when a conversation's upstream
+    changes."""
+
+    async def recall(self, key: str) -> str | None: ...
+
+    def remember(self, key: str, upstream: str) -> None: ...
+
+
 class RoutingEvents(Protocol):
     """What the fleet tells the observatory (``observatory.metrics.MetricsRegistry``)."""
 
@@ -104,6 +114,7 @@ class Fleet:
       stewards: the upstreams, in configuration order (at least one).
       router: orders them per request; holds the affinity table.
       events: the observatory's counters (nothing by default).
+      share: returns the cluster's affinity table while there is one (Redis), else None.
     """
 
     def __init__(
@@ -111,12 +122,14 @@ class Fleet:
         stewards: Sequence[Steward],
         router: Router,
         events: RoutingEvents | None = None,
+        share: Callable[[], AffinityShare | None] | None = None,
     ) -> None:
         if not stewards:
             raise ValueError("a fleet needs at least one upstream")
         self.stewards = tuple(stewards)
         self.router = router
         self.events: RoutingEvents = events or _Silent()
+        self._share = share or (lambda: None)
         self._by_name: Mapping[str, Steward] = {s.name: s for s in self.stewards}
 
     @classmethod
@@ -234,6 +247,7 @@ class Fleet:
     ) -> AsyncIterator[Served[T]]:
         conversation = request.conversation
         model = request.model
+        known = await self._recall(conversation)
         tried: set[str] = set()
         retries = 0
         last: tuple[ProxyError, Failure, str] | None = None
@@ -281,10 +295,28 @@ class Fleet:
                     steward.succeeded()
                     self.events.record_attempt(steward.name, "ok")
                     self.router.served(conversation, steward.name)
+                    share = self._share()
+                    if conversation is not None and share is not None and known != steward.name:
+                        share.remember(conversation, steward.name)
                     yield Served(value, steward.name)
                     return
             tried.add(steward.name)
             retries += 1
+
+    async def _recall(self, conversation: str | None) -> str | None:
+        """The upstream that served ``conversation`` last, here or (asked only when this
+        instance does not know) on another instance; seeds the local table."""
+        if conversation is None:
+            return None
+        known = self.router.affinity.get(conversation)
+        share = self._share()
+        if known is not None or share is None:
+            return known
+        found = await share.recall(conversation)
+        if found is None or found not in self._by_name:
+            return None
+        self.router.served(conversation, found)
+        return found
 
     async def _retry_at(
         self, last: tuple[ProxyError, Failure, str], retries: int, deadline: float
