@@ -136,13 +136,19 @@ class BedrockTarget:
           ProxyError: 400 ``param: "model"`` for an empty model id, or one that is a dot
             segment (``.``, ``..``), which would name another path (the SDK refuses both).
         """
+        return self._path(model, "invoke-with-response-stream" if stream else "invoke")
+
+    def count_tokens_path(self, model: str) -> str:
+        """The path of ``CountTokens`` for ``model`` (``/model/{modelId}/count-tokens``)."""
+        return self._path(model, "count-tokens")
+
+    def _path(self, model: str, action: str) -> str:
         before_params = model.partition(";")[0]
         if not before_params:
             raise _model_error(f"Expected a non-empty model id, got {model!r}.")
         if before_params in (".", ".."):
             raise _model_error(f"The model id {model!r} is not a usable path segment.")
         quoted = quote(model, safe=":;")
-        action = "invoke-with-response-stream" if stream else "invoke"
         return f"{urlsplit(self.base).path}/model/{quoted}/{action}"
 
     def url(self, model: str, *, stream: bool) -> str:
