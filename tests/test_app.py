@@ -412,7 +412,7 @@ async def test_an_event_stream_too_large_to_buffer_is_a_502_or_an_error_event(
     from trio_batcher.upstream.sse import SSEDecoder
 
     monkeypatch.setattr(
-        "trio_batcher.upstream.client.SSEDecoder", partial(SSEDecoder, max_event_bytes=1000)
+        "trio_batcher.upstream.exchange.SSEDecoder", partial(SSEDecoder, max_event_bytes=1000)
     )
     endless_line = b"data: " + b"x" * 5000
     content_seen = trio.Event()

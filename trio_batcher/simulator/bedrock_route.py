@@ -225,7 +225,7 @@ def add_bedrock_routes(app: QuartTrio, state: SimulatorState) -> None:
         return await handle_bedrock(state, model_id, stream=True)
 
     @app.post("/model/<path:model_id>/count-tokens")
-    async def count_tokens(model_id: str) -> Response:
+    async def bedrock_count_tokens(model_id: str) -> Response:
         return await handle_bedrock_count(state, model_id)
 
 

@@ -85,6 +85,7 @@ CREDENTIAL_ERRORS: Final = frozenset(
     }
 )
 _THROTTLED: Final = frozenset({"ThrottlingException"})
+_MODEL_ERRORS: Final = frozenset({"ModelErrorException", "ModelStreamErrorException"})
 
 
 class SigningKeys(Protocol):
@@ -235,14 +236,15 @@ def classify(status: int, name: str, fields: Mapping[str, Any]) -> tuple[int, st
 
     ``name`` is the error's name (``bedrock_error_type``); one this table does not know
     falls back on the HTTP status (a 503 is overloaded like ``ServiceUnavailableException``,
-    a 408 a timeout). ``ModelErrorException`` carries the model's own status
-    (``originalStatusCode``), which is used when it is an error status. 401 means the
-    gateway's credentials were refused.
+    a 408 a timeout). ``ModelErrorException`` and its mid-stream twin
+    ``ModelStreamErrorException`` carry the model's own status (``originalStatusCode``: 529
+    for an overloaded model), which is used when it is an error status, so an overload
+    mid-stream is retried as one. 401 means the gateway's credentials were refused.
     """
     if name in CREDENTIAL_ERRORS or status == 401:
         return 401, "authentication_error"
     original = fields.get("originalStatusCode")
-    if name == "ModelErrorException" and isinstance(original, int) and 400 <= original < 600:
+    if name in _MODEL_ERRORS and isinstance(original, int) and 400 <= original < 600:
         return original, type_for_status(original)
     if name in ERRORS:
         return ERRORS[name]

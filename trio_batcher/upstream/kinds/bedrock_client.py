@@ -94,6 +94,7 @@ class BedrockClient:
         self, target: BedrockTarget, credentials: AwsCredentials, pool: UpstreamPool
     ) -> None:
         self._target = target
+        self._origin = target.origin  # what is signed: the URL the pool sends to
         self._credentials = credentials
         self._pool = pool
 
