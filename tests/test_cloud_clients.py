@@ -8,7 +8,9 @@ Vertex. The simulator checks the wire (signatures, tokens, body rules) as the cl
 
 from __future__ import annotations
 
+import importlib
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
@@ -428,3 +430,28 @@ async def test_the_anthropic_client_closes_its_pool() -> None:
         with pytest.raises(ProxyError) as closed:
             await client.create_message(request(HELLO, ""))
     assert closed.value.status == 502 and closed.value.code == "upstream_connection_error"
+
+
+@pytest.mark.parametrize(
+    ("kind", "builder"), [("bedrock", "bedrock_body"), ("vertex", "vertex_body")]
+)
+async def test_a_large_body_is_rewritten_and_signed_off_the_event_loop(
+    kind: str, builder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Parsing, re-serialising and hashing 30 MB takes a large fraction of a second: on the
+    # loop it would stall every other request.
+    module = f"trio_batcher.upstream.kinds.{kind}_client"
+    original = getattr(importlib.import_module(module), builder)
+    on_loop: list[bool] = []
+
+    def watched(*args: Any, **kwargs: Any) -> bytes:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        result: bytes = original(*args, **kwargs)
+        return result
+
+    monkeypatch.setattr(f"{module}.{builder}", watched)
+    large = {**HELLO, "messages": [{"role": "user", "content": "word " * 60_000}]}
+    async with calling(kind, tmp_path) as (client, model, _):
+        await client.create_message(request(HELLO, model))
+        await client.create_message(request(large, model))
+    assert on_loop == [True, False]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import trio
@@ -44,7 +44,7 @@ from ..exchange import (
 )
 from ..pool import PooledResponse, UpstreamPool
 from ..request import UpstreamRequest
-from ._body import parse_body
+from ._body import parse_body, prepared, source_of
 from ._errors import credentials_failed
 from .aws_credentials import AwsCredentials
 from .bedrock import BedrockTarget, bedrock_body, bedrock_error, sign
@@ -74,12 +74,6 @@ def _betas(request: UpstreamRequest) -> str | None:
     return ",".join(values) or None
 
 
-def _source(request: UpstreamRequest) -> Mapping[str, Any] | bytes:
-    """The Messages body: the client's bytes when the door kept them (``body`` may then be
-    only an outline), else the parsed body."""
-    return request.content if request.content is not None else request.body
-
-
 @final
 class BedrockClient:
     """Claude on Bedrock for one region (or endpoint), signed with one AWS identity.
@@ -97,6 +91,7 @@ class BedrockClient:
         self._origin = target.origin  # what is signed: the URL the pool sends to
         self._credentials = credentials
         self._pool = pool
+        self._large_bodies = trio.CapacityLimiter(1)
 
     @classmethod
     def for_target(cls, target: BedrockTarget, credentials: AwsCredentials) -> BedrockClient:
@@ -108,9 +103,12 @@ class BedrockClient:
     async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         """``InvokeModel``; raises ``ProxyError`` for anything but a message."""
         started = trio.current_time()
-        body = bedrock_body(_source(request), _betas(request))
+        source = source_of(request.content, request.body)
+        betas = _betas(request)
         path = self._target.path(request.model, stream=False)
-        response = await self._post(path, body, b"application/json")
+        response = await self._post(
+            path, source, lambda: bedrock_body(source, betas), b"application/json"
+        )
         first_byte = trio.current_time()
         raw = await body_of_200(response, bedrock_error)
         return json_reply(raw, response, started, first_byte, is_message, "a Messages API message")
@@ -118,21 +116,29 @@ class BedrockClient:
     async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
         """``InvokeModelWithResponseStream``; returns once Bedrock answered 200."""
         started = trio.current_time()
-        body = bedrock_body(_source(request), _betas(request))
+        source = source_of(request.content, request.body)
+        betas = _betas(request)
         path = self._target.path(request.model, stream=True)
-        response = await self._post(path, body, EVENT_STREAM.encode())
+        response = await self._post(
+            path, source, lambda: bedrock_body(source, betas), EVENT_STREAM.encode()
+        )
         await stream_start(response, EVENT_STREAM, bedrock_error)
         return UpstreamStream(response, started, trio.current_time(), EventStreamDecoder())
 
     async def count_tokens(self, request: UpstreamRequest) -> UpstreamReply:
         """``CountTokens``, answered as Anthropic's ``{"input_tokens": n}``."""
         started = trio.current_time()
-        counted = dict(parse_body(_source(request)))
-        counted.setdefault("max_tokens", COUNT_MAX_TOKENS)
-        invoke = bedrock_body(counted, _betas(request))
-        envelope = {"input": {"invokeModel": {"body": base64.b64encode(invoke).decode()}}}
+        source = source_of(request.content, request.body)
+        betas = _betas(request)
+
+        def envelope() -> bytes:
+            counted = dict(parse_body(source))
+            counted.setdefault("max_tokens", COUNT_MAX_TOKENS)
+            invoke = base64.b64encode(bedrock_body(counted, betas)).decode()
+            return json.dumps({"input": {"invokeModel": {"body": invoke}}}).encode()
+
         path = self._target.count_tokens_path(foundation_model(request.model))
-        response = await self._post(path, json.dumps(envelope).encode(), b"application/json")
+        response = await self._post(path, source, envelope, b"application/json")
         first_byte = trio.current_time()
         raw = await body_of_200(response, bedrock_error)
         try:
@@ -164,22 +170,32 @@ class BedrockClient:
         """Close its pool's connections."""
         await self._pool.aclose()
 
-    async def _post(self, path: str, content: bytes, accept: bytes) -> PooledResponse:
-        """Sign ``content`` for ``path`` with the current keys and send it."""
-        check_size(content)
+    async def _post(
+        self,
+        path: str,
+        source: Mapping[str, Any] | bytes,
+        build: Callable[[], bytes],
+        accept: bytes,
+    ) -> PooledResponse:
+        """Build the body (``build``, off the loop for a large ``source``), sign it for
+        ``path`` with the current keys, and send it."""
         try:
             keys = await self._credentials.get()
         except ProxyError:
             raise
         except Exception as exc:
             raise credentials_failed("AWS credentials", exc) from None
+        url = self._origin + path
         headers = {"content-type": "application/json", "accept": accept.decode()}
-        signed = sign(
-            "POST", self._target.origin + path, headers, content, keys, self._target.region
-        )
+
+        def signed() -> tuple[bytes, dict[str, str]]:
+            content = check_size(build())
+            return content, sign("POST", url, headers, content, keys, self._target.region)
+
+        content, signature = await prepared(source, signed, self._large_bodies)
         wire = [
             (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in signed.items()
+            for name, value in signature.items()
             if name.lower() not in _POOL_HEADERS
         ]
         return await send(self._pool, b"POST", self._pool.url(path), wire, content)

@@ -14,7 +14,7 @@ its path, so its body keeps one: this upstream's id for it (``request.model``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 import trio
@@ -35,7 +35,7 @@ from ..exchange import (
 )
 from ..pool import PooledResponse, UpstreamPool
 from ..request import UpstreamRequest
-from ._body import parse_body
+from ._body import parse_body, prepared, source_of
 from ._errors import credentials_failed
 from .google_credentials import GoogleCredentials
 from .vertex import VertexTarget, vertex_body, vertex_error
@@ -43,10 +43,8 @@ from .vertex import VertexTarget, vertex_body, vertex_error
 __all__ = ["VertexClient"]
 
 
-def _body(request: UpstreamRequest, **changes: Any) -> dict[str, Any]:
-    """The Messages body (the client's bytes when the door kept them: ``body`` may then be
-    only an outline), parsed, with ``changes`` applied (``None`` drops a field)."""
-    source = request.content if request.content is not None else request.body
+def _changed(source: Mapping[str, Any] | bytes, **changes: Any) -> dict[str, Any]:
+    """The Messages body parsed, with ``changes`` applied (``None`` drops a field)."""
     body = dict(parse_body(source))
     for name, value in changes.items():
         if value is None:
@@ -72,6 +70,7 @@ class VertexClient:
         self._target = target
         self._credentials = credentials
         self._pool = pool
+        self._large_bodies = trio.CapacityLimiter(1)
 
     @classmethod
     def for_target(cls, target: VertexTarget, credentials: GoogleCredentials) -> VertexClient:
@@ -83,9 +82,11 @@ class VertexClient:
     async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         """``rawPredict``; raises ``ProxyError`` for anything but a message."""
         started = trio.current_time()
-        body = vertex_body(_body(request, stream=None))
+        source = source_of(request.content, request.body)
         path = self._target.path(request.model, stream=False)
-        response = await self._post(path, body, request)
+        response = await self._post(
+            path, request, lambda: vertex_body(_changed(source, stream=None))
+        )
         first_byte = trio.current_time()
         raw = await body_of_200(response, vertex_error)
         return json_reply(raw, response, started, first_byte, is_message, "a Messages API message")
@@ -93,17 +94,24 @@ class VertexClient:
     async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
         """``streamRawPredict``; returns once Vertex answered 200."""
         started = trio.current_time()
-        body = vertex_body(_body(request, stream=True))
+        source = source_of(request.content, request.body)
         path = self._target.path(request.model, stream=True)
-        response = await self._post(path, body, request)
+        response = await self._post(
+            path, request, lambda: vertex_body(_changed(source, stream=True))
+        )
         await stream_start(response, "text/event-stream", vertex_error)
         return UpstreamStream(response, started, trio.current_time(), SSEEvents())
 
     async def count_tokens(self, request: UpstreamRequest) -> UpstreamReply:
         """``count-tokens:rawPredict``; the reply's ``message`` is ``{"input_tokens": n}``."""
         started = trio.current_time()
-        body = vertex_body(_body(request, model=request.model, stream=None), count_tokens=True)
-        response = await self._post(self._target.count_tokens_path(), body, request)
+        source = source_of(request.content, request.body)
+
+        def body() -> bytes:
+            counted = _changed(source, model=request.model, stream=None)
+            return vertex_body(counted, count_tokens=True)
+
+        response = await self._post(self._target.count_tokens_path(), request, body)
         first_byte = trio.current_time()
         raw = await body_of_200(response, vertex_error)
         return json_reply(raw, response, started, first_byte, is_count, "a token count")
@@ -116,9 +124,13 @@ class VertexClient:
         """Close its pool's connections."""
         await self._pool.aclose()
 
-    async def _post(self, path: str, content: bytes, request: UpstreamRequest) -> PooledResponse:
-        """Send ``content`` to ``path`` as the gateway's identity, with the request's betas."""
-        check_size(content)
+    async def _post(
+        self, path: str, request: UpstreamRequest, build: Callable[[], bytes]
+    ) -> PooledResponse:
+        """Send the body ``build`` makes (off the loop for a large one) to ``path`` as the
+        gateway's identity, with the request's betas."""
+        source = source_of(request.content, request.body)
+        content = await prepared(source, lambda: check_size(build()), self._large_bodies)
         try:
             auth: Mapping[str, str] = await self._credentials.headers()
         except ProxyError:
