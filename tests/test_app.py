@@ -376,7 +376,7 @@ async def test_upstream_bodies_are_read_only_as_far_as_they_can_be_used(
 ) -> None:
     """A runaway error page or answer must not fill the proxy's memory: an error is read up
     to its first 64 KiB (enough for any JSON message), an answer up to MAX_REPLY_BYTES."""
-    monkeypatch.setattr("trio_batcher.upstream.client.MAX_REPLY_BYTES", 10_000)
+    monkeypatch.setattr("trio_batcher.upstream.exchange.MAX_REPLY_BYTES", 10_000)
     padded = {"type": "error", "error": {"type": "api_error", "message": "x" * 70_000}}
     message = {**_whole_stream()[0][1]["message"], "content": [{"type": "text", "text": "y"}]}
 
@@ -412,7 +412,7 @@ async def test_an_event_stream_too_large_to_buffer_is_a_502_or_an_error_event(
     from trio_batcher.upstream.sse import SSEDecoder
 
     monkeypatch.setattr(
-        "trio_batcher.upstream.client.SSEDecoder", partial(SSEDecoder, max_event_bytes=1000)
+        "trio_batcher.upstream.exchange.SSEDecoder", partial(SSEDecoder, max_event_bytes=1000)
     )
     endless_line = b"data: " + b"x" * 5000
     content_seen = trio.Event()

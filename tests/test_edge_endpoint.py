@@ -417,7 +417,7 @@ async def test_large_bodies_are_parsed_and_translated_off_the_event_loop(
 async def test_a_request_too_large_once_translated_is_413_and_never_sent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("trio_batcher.upstream.client.MAX_REQUEST_BYTES", 1000)
+    monkeypatch.setattr("trio_batcher.upstream.exchange.MAX_REQUEST_BYTES", 1000)
     async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient(timeout=10) as http:
         body = {**HELLO, "messages": [{"role": "user", "content": "x" * 2000}]}
         response = await http.post(f"{url}/v1/chat/completions", json=body)

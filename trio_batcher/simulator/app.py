@@ -82,7 +82,8 @@ class SimulatorApp(QuartTrio):
         entry = state.received.record(scope, request_id)
         path = scope["path"]
         bedrock = is_bedrock_invoke(path)
-        anthropic = not (bedrock or path.startswith("/v1/projects/") or path == "/token")
+        on_bedrock = path.startswith("/model/")  # CountTokens too
+        anthropic = not (on_bedrock or path.startswith("/v1/projects/") or path == "/token")
         tracked = scope["method"] == "POST" and (
             path == "/v1/messages" or bedrock or is_vertex_predict(path)
         )
@@ -99,7 +100,7 @@ class SimulatorApp(QuartTrio):
                     entry.status = status
                 if anthropic:
                     extra = state.response_headers(request_id, status)
-                elif bedrock:
+                elif on_bedrock:
                     extra = [(b"x-amzn-requestid", request_id.encode())]
                 else:
                     extra = []

@@ -1,5 +1,5 @@
-"""Amazon Bedrock's runtime for Claude: ``POST /model/{modelId}/invoke`` and
-``/model/{modelId}/invoke-with-response-stream``.
+"""Amazon Bedrock's runtime for Claude: ``POST /model/{modelId}/invoke``,
+``/model/{modelId}/invoke-with-response-stream`` and ``/model/{modelId}/count-tokens``.
 
 Checks in Bedrock's order: the caller (a SigV4 signature by the configured identity, see
 ``sigv4_check.py``, or a Bedrock API key as ``Authorization: Bearer``), the model id
@@ -14,10 +14,20 @@ route's ``stream`` put back, goes through the same core as ``POST /v1/messages``
 refusals are rendered in Bedrock's dialect (``cloud_errors.py``); a stream is re-framed as
 an AWS event stream (``bedrock_stream.py``). A non-stream reply carries Bedrock's
 ``X-Amzn-Bedrock-*-Token-Count`` and ``-Invocation-Latency`` headers.
+
+``CountTokens`` (botocore's ``bedrock-runtime`` model: ``{"input": {"invokeModel": {"body":
+base64}}}`` -> ``{"inputTokens": n}``) checks the caller and model the same way, then the
+decoded InvokeModel body by the same rules as an invoke (it is counted "as if sent to
+InvokeModel", so ``max_tokens`` is required), and answers the prompt's token count, as
+``POST /v1/messages/count_tokens`` does; no faults or rate limits apply. It takes
+foundation-model ids only: a cross-Region inference profile is refused with a
+``ValidationException`` as Bedrock refuses it. Only ``invokeModel`` input is simulated.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import time
 from typing import Any, Final, cast
@@ -32,11 +42,14 @@ from .cloud_models import bedrock_model
 from .config import API_VERSIONS
 from .errors import SimulatorError
 from .messages_route import answer_messages, request_trace
+from .prompt import analyse_prompt
 from .request_io import json_response, read_json
 from .sigv4_check import SignatureRefused, check_sigv4
 from .state import SimulatorState
+from .validation import validate_messages_request
 
 BEDROCK_VERSION: Final = "bedrock-2023-05-31"
+_NO_COUNT: Final = "The provided model doesn't support counting tokens."
 _MALFORMED: Final = "Malformed input request: #: {}, please reformat your input and try again."
 
 
@@ -89,6 +102,54 @@ async def handle_bedrock(state: SimulatorState, model_id: str, *, stream: bool) 
     except SimulatorError as error:
         state.stats.finish(trace, "error", error.status)
         return bedrock_error_for(error)
+
+
+async def handle_bedrock_count(state: SimulatorState, model_id: str) -> Response:
+    """One Bedrock CountTokens call (no trace: it generates nothing)."""
+    config = state.config
+    body_error: SimulatorError | None = None
+    try:
+        raw, envelope = await read_json(config)
+    except SimulatorError as error:
+        raw, envelope, body_error = b"", None, error
+    refused = _check_caller(state, raw)
+    if refused is not None:
+        return refused
+    model = bedrock_model(model_id)
+    if model is None:
+        return bedrock_error(
+            400, "ValidationException", "The provided model identifier is invalid."
+        )
+    if model_id.startswith("arn:") or not model_id.startswith("anthropic."):
+        return bedrock_error(400, "ValidationException", _NO_COUNT)
+    try:
+        if body_error is not None:
+            raise body_error
+        body = _invoke_body(envelope)
+        api_version, betas = _check_body(body)
+        body["model"] = model
+        validate_messages_request(body, api_version=api_version, betas=betas)
+    except SimulatorError as error:
+        return bedrock_error_for(error)
+    prompt = analyse_prompt(body, seed=config.seed, cache_hint=False)
+    return json_response({"inputTokens": prompt.input_tokens})
+
+
+def _invoke_body(envelope: Any) -> Any:
+    """The InvokeModel body a CountTokens request carries, decoded."""
+    source = envelope.get("input") if isinstance(envelope, dict) else None
+    invoke = source.get("invokeModel") if isinstance(source, dict) else None
+    encoded = invoke.get("body") if isinstance(invoke, dict) else None
+    if not isinstance(encoded, str):
+        raise SimulatorError(
+            400,
+            "1 validation error detected: Value at 'input.invokeModel.body' failed to "
+            "satisfy constraint: Member must not be null",
+        )
+    try:
+        return json.loads(base64.b64decode(encoded, validate=True))
+    except (ValueError, binascii.Error):
+        raise SimulatorError(400, _MALFORMED.format("expected type: JSONObject")) from None
 
 
 def _check_caller(state: SimulatorState, body: bytes) -> Response | None:
@@ -153,7 +214,7 @@ def _check_body(body: Any) -> tuple[str, frozenset[str]]:
 
 
 def add_bedrock_routes(app: QuartTrio, state: SimulatorState) -> None:
-    """Register Bedrock's two invoke routes on ``app``."""
+    """Register Bedrock's invoke and count routes on ``app``."""
 
     @app.post("/model/<path:model_id>/invoke")
     async def invoke(model_id: str) -> Response:
@@ -162,6 +223,10 @@ def add_bedrock_routes(app: QuartTrio, state: SimulatorState) -> None:
     @app.post("/model/<path:model_id>/invoke-with-response-stream")
     async def invoke_stream(model_id: str) -> Response:
         return await handle_bedrock(state, model_id, stream=True)
+
+    @app.post("/model/<path:model_id>/count-tokens")
+    async def bedrock_count_tokens(model_id: str) -> Response:
+        return await handle_bedrock_count(state, model_id)
 
 
 def is_bedrock_invoke(path: str) -> bool:

@@ -18,8 +18,9 @@ import httpcore2
 
 from ..errors import ProxyError
 from ..settings import Settings
-from .client import MAX_ERROR_BYTES, MAX_REQUEST_BYTES
 from .errors import upstream_error
+from .exchange import MAX_ERROR_BYTES, MAX_REQUEST_BYTES
+from .exchange import TRANSPORT_ERRORS as _TRANSPORT_ERRORS
 from .pool import PooledResponse, SizedBody, UpstreamPool
 
 __all__ = ["MessageBatchesClient"]
@@ -27,12 +28,6 @@ __all__ = ["MessageBatchesClient"]
 _BATCHES: Final = "/v1/messages/batches"
 _MAX_ANSWER_BYTES: Final = 1024 * 1024  # a batch object is a few hundred bytes
 _MAX_RESULT_LINE_BYTES: Final = 2 * MAX_REQUEST_BYTES
-_TRANSPORT_ERRORS: Final = (
-    httpcore2.NetworkError,
-    httpcore2.ProtocolError,
-    httpcore2.UnsupportedProtocol,
-    httpcore2.ProxyError,
-)
 
 
 @final

@@ -33,7 +33,13 @@ from ...errors import ProxyError
 from ..errors import error_type_for_status as type_for_status
 from ..errors import upstream_error
 
-__all__ = ["THROTTLE_RETRY_AFTER_S", "cloud_error", "lower_headers", "type_for_status"]
+__all__ = [
+    "THROTTLE_RETRY_AFTER_S",
+    "cloud_error",
+    "credentials_failed",
+    "lower_headers",
+    "type_for_status",
+]
 
 THROTTLE_RETRY_AFTER_S: Final = 1
 
@@ -92,4 +98,16 @@ def cloud_error(
         upstream_status=401,
         upstream_body=body,
         upstream_headers=upstream,
+    )
+
+
+def credentials_failed(credentials: str, exc: Exception) -> ProxyError:
+    """The 502 for a credentials provider that failed (STS refusing a role, Google's token
+    endpoint refusing the service account's key...): the gateway's problem, never a 500.
+    Only the error's type is named: a provider's message may quote what it was sent."""
+    return ProxyError(
+        502,
+        f"The gateway could not obtain its {credentials} ({type(exc).__name__}).",
+        type="upstream_error",
+        code="upstream_credentials_error",
     )

@@ -85,6 +85,7 @@ CREDENTIAL_ERRORS: Final = frozenset(
     }
 )
 _THROTTLED: Final = frozenset({"ThrottlingException"})
+_MODEL_ERRORS: Final = frozenset({"ModelErrorException", "ModelStreamErrorException"})
 
 
 class SigningKeys(Protocol):
@@ -136,13 +137,19 @@ class BedrockTarget:
           ProxyError: 400 ``param: "model"`` for an empty model id, or one that is a dot
             segment (``.``, ``..``), which would name another path (the SDK refuses both).
         """
+        return self._path(model, "invoke-with-response-stream" if stream else "invoke")
+
+    def count_tokens_path(self, model: str) -> str:
+        """The path of ``CountTokens`` for ``model`` (``/model/{modelId}/count-tokens``)."""
+        return self._path(model, "count-tokens")
+
+    def _path(self, model: str, action: str) -> str:
         before_params = model.partition(";")[0]
         if not before_params:
             raise _model_error(f"Expected a non-empty model id, got {model!r}.")
         if before_params in (".", ".."):
             raise _model_error(f"The model id {model!r} is not a usable path segment.")
         quoted = quote(model, safe=":;")
-        action = "invoke-with-response-stream" if stream else "invoke"
         return f"{urlsplit(self.base).path}/model/{quoted}/{action}"
 
     def url(self, model: str, *, stream: bool) -> str:
@@ -229,14 +236,15 @@ def classify(status: int, name: str, fields: Mapping[str, Any]) -> tuple[int, st
 
     ``name`` is the error's name (``bedrock_error_type``); one this table does not know
     falls back on the HTTP status (a 503 is overloaded like ``ServiceUnavailableException``,
-    a 408 a timeout). ``ModelErrorException`` carries the model's own status
-    (``originalStatusCode``), which is used when it is an error status. 401 means the
-    gateway's credentials were refused.
+    a 408 a timeout). ``ModelErrorException`` and its mid-stream twin
+    ``ModelStreamErrorException`` carry the model's own status (``originalStatusCode``: 529
+    for an overloaded model), which is used when it is an error status, so an overload
+    mid-stream is retried as one. 401 means the gateway's credentials were refused.
     """
     if name in CREDENTIAL_ERRORS or status == 401:
         return 401, "authentication_error"
     original = fields.get("originalStatusCode")
-    if name == "ModelErrorException" and isinstance(original, int) and 400 <= original < 600:
+    if name in _MODEL_ERRORS and isinstance(original, int) and 400 <= original < 600:
         return original, type_for_status(original)
     if name in ERRORS:
         return ERRORS[name]

@@ -64,6 +64,16 @@ class EventStreamDecoder:
         was cut short)."""
         return self._pending > 0
 
+    def finish(self) -> None:
+        """Called once the body ended: a message left unfinished means the stream was cut
+        short (a dropped connection can look like a clean end of the body).
+
+        Raises:
+          ProxyError: 502 ``upstream_protocol_error`` if bytes are pending.
+        """
+        if self.pending:
+            raise _protocol_error(f"it ended inside a message ({self._pending} bytes)")
+
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events completed by ``chunk``.
 
