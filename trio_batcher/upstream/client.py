@@ -76,10 +76,6 @@ class UpstreamClient:
             self._base.append((b"x-api-key", settings.anthropic_api_key.encode("ascii")))
         self._headers = [*self._base, self._version]
 
-    async def aclose(self) -> None:
-        """Close its pool's connections."""
-        await self._pool.aclose()
-
     async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streaming call; raises ``ProxyError`` for anything but a 200 JSON message."""
         return await self._json_call(self._url, request, is_message, "a Messages API message")
