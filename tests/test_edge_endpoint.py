@@ -74,6 +74,9 @@ class _Broken:
     async def handle(self, *args: Any) -> Any:
         raise RuntimeError("a bug")
 
+    def conversation_keyer(self, *args: Any) -> None:
+        return None  # one upstream: no conversation keys
+
     def record_refused(self, *args: Any, **kwargs: Any) -> None:
         raise AssertionError("the request was not refused")
 
