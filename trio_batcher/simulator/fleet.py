@@ -53,6 +53,7 @@ from .models import CATALOGUE
 __all__ = [
     "SIM_API_KEY",
     "SIM_KEY_ENV",
+    "UNSET_ENV",
     "CloudIdentity",
     "SimulatedFleet",
     "SimulatedUpstream",
@@ -63,6 +64,7 @@ __all__ = [
     "run_simulated_upstreams",
     "served_models",
     "vertex_model_id",
+    "write_private",
 ]
 
 SIM_KEY_ENV: Final = "SIM_ANTHROPIC_API_KEY"
