@@ -18,10 +18,13 @@ import importlib
 import ipaddress
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import trio
@@ -44,6 +47,7 @@ from .tenants.keys_cli import add_keys_parser, run_keys
 
 if TYPE_CHECKING:
     from .simulator import SimulatorConfig
+    from .simulator.fleet import SimulatedFleet
 
 _PROG: Final = "trio-batcher"
 _SIM_KEY: Final = "sk-ant-simulated-local"  # the embedded simulator accepts any key
@@ -165,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the simulated upstream in-process and use it (no key needed)",
     )
     serve.add_argument(
+        "--sim-upstreams",
+        metavar="KINDS",
+        default=None,
+        help=(
+            "with --simulate: several simulated upstreams, one per kind listed "
+            "(anthropic,bedrock,vertex; repeats allowed), routed across through a generated "
+            "UPSTREAMS_FILE; each can be overloaded alone (POST <its URL>/_sim/overload)"
+        ),
+    )
+    serve.add_argument(
         "--allow-unauthenticated",
         action="store_true",
         help="allow a non-loopback --host without PROXY_API_KEYS",
@@ -188,7 +202,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate = sub.add_parser("simulate", help="run the simulated Anthropic upstream alone")
     simulate.add_argument("--host", default="127.0.0.1")
-    simulate.add_argument("--port", type=int, default=8001)
+    simulate.add_argument(
+        "--port",
+        type=int,
+        default=8001,
+        help="port (default 8001); with --upstreams, the first of consecutive ports (0: any)",
+    )
+    simulate.add_argument(
+        "--upstreams",
+        metavar="KINDS",
+        default=None,
+        help=(
+            "run several simulated upstreams, one per kind listed (anthropic,bedrock,vertex; "
+            "repeats allowed), each with its own state and port"
+        ),
+    )
+    simulate.add_argument(
+        "--write-upstreams-file",
+        metavar="PATH",
+        default=None,
+        help=(
+            "with --upstreams: write the UPSTREAMS_FILE describing them to PATH, and the "
+            "credentials a gateway needs to PATH.env (mode 0600; `set -a; . PATH.env; set +a`)"
+        ),
+    )
     simulate.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
@@ -281,6 +318,71 @@ async def _start_simulator(
     return f"http://{host}:{port}"
 
 
+def _sim_kinds(args: argparse.Namespace, flag: str) -> tuple[str, ...] | None:
+    """The kinds ``--upstreams`` / ``--sim-upstreams`` lists, checked and installed; or None."""
+    text: str | None = getattr(args, flag.lstrip("-").replace("-", "_"))
+    if text is None:
+        return None
+    from .simulator.fleet import parse_kinds, require_kinds
+    from .upstream.kinds.extras import MissingExtraError
+
+    try:
+        kinds = parse_kinds(text)
+        require_kinds(kinds)
+    except (ValueError, MissingExtraError) as exc:
+        _fail(f"{flag}: {exc}")
+    return kinds
+
+
+async def _start_fleet(
+    args: argparse.Namespace,
+    nursery: trio.Nursery,
+    stop: trio.Event,
+    directory: Path,
+) -> tuple[SimulatedFleet, dict[str, str]]:
+    """Start ``--sim-upstreams``'s simulators in ``nursery`` until ``stop``; the fleet and
+    the environment that routes a gateway across it (an upstreams file and credentials,
+    written into the private ``directory``)."""
+    from .simulator.fleet import prepare_environment, run_simulated_upstreams
+    from .simulator.fleet_cli import upstream_lines
+
+    kinds = _sim_kinds(args, "--sim-upstreams")
+    assert kinds is not None
+    config = _simulator_config(args, "sim_", ttft_ms=150.0, tokens_per_s=120.0, jitter=0.1)
+    fleet: SimulatedFleet = await nursery.start(
+        partial(run_simulated_upstreams, kinds, config, "127.0.0.1", 0, shutdown=stop)
+    )
+    env = prepare_environment(fleet, directory)
+    for line in upstream_lines(fleet):
+        print(f"{_PROG}: simulated upstream {line}", file=sys.stderr, flush=True)
+    return fleet, env
+
+
+def _fleet_settings(settings: Settings, fleet: SimulatedFleet, env: dict[str, str]) -> Settings:
+    """``settings`` routed across ``fleet`` through ``env``'s ``UPSTREAMS_FILE``, checked as
+    any upstreams file is (``check_files``). ``ANTHROPIC_BASE_URL`` is the first simulator,
+    which answers Anthropic's API whatever its kind, for what is not routed."""
+    from .simulator.fleet_cli import adopt_environment
+
+    adopt_environment(env)
+    settings = settings.replace(
+        anthropic_base_url=fleet.upstreams[0].root,
+        anthropic_api_key=_SIM_KEY,
+        deployment_id=simulated_id(settings.deployment_id),
+        upstreams_file=env["UPSTREAMS_FILE"],
+    )
+    try:
+        check_files(settings)
+    except SettingsError as exc:
+        _fail(f"--sim-upstreams: {exc.name}: {exc.problem}")
+    return settings
+
+
+def _fleet_summary(fleet: SimulatedFleet) -> str:
+    names = ", ".join(upstream.name for upstream in fleet.upstreams)
+    return f"{len(fleet.upstreams)} simulated upstreams ({names})"
+
+
 async def _serve(args: argparse.Namespace, settings: Settings) -> None:
     raise_open_file_limit()
     stop = trio.Event()
@@ -293,7 +395,13 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> None:
         nursery.start_soon(_exit_if_stuck, stop, budget)
         upstream = settings.anthropic_base_url
         sim_stop = trio.Event()
-        if args.simulate:
+        if args.simulate and args.sim_upstreams is not None:
+            directory = Path(tempfile.mkdtemp(prefix="trio-batcher-sim-"))
+            nursery.start_soon(_remove_when_set, sim_stop, directory)
+            fleet, env = await _start_fleet(args, nursery, sim_stop, directory)
+            settings = _fleet_settings(settings, fleet, env)
+            upstream = _fleet_summary(fleet)
+        elif args.simulate:
             upstream = await _start_simulator(args, nursery, sim_stop)
             settings = settings.replace(
                 anthropic_base_url=upstream,
@@ -339,7 +447,20 @@ async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
     async with trio.open_nursery() as nursery:
         upstream = settings.anthropic_base_url
         sim_stop = trio.Event()
-        if args.simulate:
+        if args.simulate and args.sim_upstreams is not None:
+            # One fleet for every worker, in this process; workers inherit its environment.
+            directory = Path(tempfile.mkdtemp(prefix="trio-batcher-sim-"))
+            nursery.start_soon(_remove_when_set, sim_stop, directory)
+            fleet, env = await _start_fleet(args, nursery, sim_stop, directory)
+            fleet_settings = _fleet_settings(settings, fleet, env)
+            overrides.update(
+                env,
+                ANTHROPIC_BASE_URL=fleet_settings.anthropic_base_url,
+                ANTHROPIC_API_KEY=_SIM_KEY,
+                DEPLOYMENT_ID=simulated_id(settings.deployment_id),
+            )
+            upstream = _fleet_summary(fleet)
+        elif args.simulate:
             # One simulator for every worker, in this process: it outlives their drain.
             upstream = await _start_simulator(args, nursery, sim_stop)
             overrides.update(
@@ -373,9 +494,67 @@ async def _supervise(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _remove_when_set(event: trio.Event, directory: Path) -> None:
+    """Remove ``directory`` (the fleet's credentials) once ``event`` is set or on the way
+    out, however the process ends short of being killed."""
+    try:
+        await event.wait()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _simulate_fleet(args: argparse.Namespace, kinds: tuple[str, ...]) -> None:
+    """``simulate --upstreams``: the fleet, its lines, and the files for a gateway."""
+    from .simulator.fleet import run_simulated_upstreams
+    from .simulator.fleet_cli import upstream_lines, write_operator_files
+
+    stop = trio.Event()
+    config = _simulator_config(args, "")
+    directory = Path(tempfile.mkdtemp(prefix="trio-batcher-sim-"))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_stop_on_signals, stop)
+            async with trio.open_nursery() as servers:
+                fleet: SimulatedFleet = await servers.start(
+                    partial(
+                        run_simulated_upstreams, kinds, config, args.host, args.port, shutdown=stop
+                    )
+                )
+                for line in upstream_lines(fleet):
+                    print(f"{_PROG}: simulated upstream {line}", file=sys.stderr, flush=True)
+                if args.write_upstreams_file is not None:
+                    path = Path(args.write_upstreams_file)
+                    env_path, names = write_operator_files(fleet, path, directory)
+                    print(
+                        f"{_PROG}: wrote the upstreams file {path} and the credentials a "
+                        f"gateway needs ({', '.join(names)}; values not shown) to {env_path}: "
+                        f"set -a; . {env_path}; set +a",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                else:
+                    print(
+                        f"{_PROG}: --write-upstreams-file PATH writes the UPSTREAMS_FILE for "
+                        "these and the credentials a gateway needs",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            nursery.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 async def _simulate(args: argparse.Namespace) -> None:
     from .simulator import run_simulator
 
+    kinds = _sim_kinds(args, "--upstreams")
+    if kinds is not None:
+        if args.port and not 0 < args.port <= 65536 - len(kinds):
+            _fail(f"--port {args.port} leaves no room for {len(kinds)} consecutive ports")
+        await _simulate_fleet(args, kinds)
+        return
+    if args.write_upstreams_file is not None:
+        _fail("--write-upstreams-file needs --upstreams")
     stop = trio.Event()
     config = _simulator_config(args, "")
     async with trio.open_nursery() as nursery:
@@ -425,6 +604,12 @@ def _run(argv: Sequence[str]) -> None:
         # The supervisor has checked the command line; the settings come from its env.
         trio.run(_serve, args, _settings_from(args))
     elif args.command == "serve":
+        if args.sim_upstreams is not None:
+            if not args.simulate:
+                _fail("--sim-upstreams needs --simulate")
+            if "UPSTREAMS_FILE" in _flag_settings(args) or os.environ.get("UPSTREAMS_FILE"):
+                _fail("--sim-upstreams writes its own UPSTREAMS_FILE; unset UPSTREAMS_FILE")
+            _sim_kinds(args, "--sim-upstreams")
         settings = _settings_from(args)
         if not args.simulate and not settings.anthropic_api_key:
             _fail(

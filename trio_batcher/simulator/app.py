@@ -11,7 +11,8 @@ i.e. when the client disconnected and quart-trio cancelled the handler or the st
 ``POST /v1/messages`` does the rest in ``messages_route.py``, in the API's order: auth,
 ``anthropic-version``, body size and JSON, validation (against the betas of
 ``anthropic-beta``, ``betas.py``), fault directive syntax, the enforced rate limits
-(``ratelimit.py``: 429, nothing charged) and overload windows (``overload.py``: 529),
+(``ratelimit.py``: 429, nothing charged), preceded by an overload on demand
+(``overload_route.py``: ``POST /_sim/overload``), and overload windows (``overload.py``: 529),
 fault directives and draws, then the reply (pure, ``replies.py``), sent on the latency
 model's schedule either as one JSON body or as SSE events. Shared state
 (``state.py``) is only touched between checkpoints, so a request's rate-limit check and
@@ -35,8 +36,10 @@ from .batches_route import add_batch_routes
 from .bedrock_route import add_bedrock_routes, is_bedrock_invoke
 from .config import SimulatorConfig
 from .errors import SimulatorError
+from .google_tokens import GoogleTokens
 from .messages_route import handle_messages
 from .models import find_model, list_models
+from .overload_route import add_overload_routes
 from .prompt import analyse_prompt
 from .received import read_body
 from .request_io import (
@@ -116,7 +119,9 @@ class SimulatorApp(QuartTrio):
                 state.stats.finish(trace, "abandoned")
 
 
-def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
+def create_simulator_app(
+    config: SimulatorConfig, *, google_tokens: GoogleTokens | None = None
+) -> SimulatorApp:
     """The simulated upstream as an ASGI app; host it with ``serving.serve_app``.
 
     Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, ``GET /v1/models``,
@@ -132,9 +137,14 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
       ``query``, ``headers`` (every ``[name, value]`` pair, credentials included),
       ``body`` (text), ``json`` (the parsed body or null), ``body_truncated``, ``status``;
     * ``POST /_sim/requests/reset``: empty that log;
-    * ``POST /_sim/reset``: reset everything (counters, log, cache, limits, RNG).
+    * ``POST /_sim/reset``: reset everything (counters, log, cache, limits, RNG, an
+      overload on demand);
+    * ``GET``, ``POST``, ``DELETE /_sim/overload``: an overload on demand
+      (``overload_route.py``).
 
-    In process, ``app.sim.received`` is the same log (``ReceivedLog``).
+    In process, ``app.sim.received`` is the same log (``ReceivedLog``). ``google_tokens``:
+    the Vertex token store, when several simulators share one (``fleet.py``: one Google
+    token endpoint serves every region); ``None``: the app's own, from ``config``.
     """
     state = SimulatorState(config)
     app = SimulatorApp(__name__, state)
@@ -162,7 +172,8 @@ def create_simulator_app(config: SimulatorConfig) -> SimulatorApp:
 
     add_batch_routes(app, state)
     add_bedrock_routes(app, state)
-    add_vertex_routes(app, state)
+    add_vertex_routes(app, state, google_tokens)
+    add_overload_routes(app, state)
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -236,15 +247,17 @@ async def run_simulator(
     *,
     shutdown: trio.Event | None = None,
     graceful_timeout: float = 5.0,
+    google_tokens: GoogleTokens | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the simulator until ``shutdown`` is set; reports ``(host, port)`` when bound.
 
     ``graceful_timeout`` bounds how long shutdown waits for in-flight requests (a
-    ``hang=1`` request never finishes by itself).
+    ``hang=1`` request never finishes by itself). ``google_tokens``: see
+    ``create_simulator_app``.
     """
     await serve_app(
-        create_simulator_app(config),
+        create_simulator_app(config, google_tokens=google_tokens),
         host,
         port,
         shutdown=shutdown,

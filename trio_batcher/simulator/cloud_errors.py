@@ -12,8 +12,10 @@ no ``retry-after`` (Bedrock sends none; clients back off on their own). Invalid 
 
 Vertex AI: its own front door answers in Google's shape ``{"error": {"code", "message",
 "status"}}`` -- auth (401 ``UNAUTHENTICATED``), permission (403 ``PERMISSION_DENIED``), an
-unknown model (404 ``NOT_FOUND``) and quota (429 ``RESOURCE_EXHAUSTED``, Vertex's
-per-base-model quota; no ``retry-after``). What the model server itself refuses passes
+unknown model (404 ``NOT_FOUND``), quota (429 ``RESOURCE_EXHAUSTED``, Vertex's
+per-base-model quota; no ``retry-after``) and an unavailable service (503 ``UNAVAILABLE``,
+which is what Google's front end answers when the backend is down, and what
+``POST /_sim/overload`` with ``status: 503`` simulates). What the model server itself refuses passes
 through in Anthropic's shape, as Claude on Vertex does: validation (400
 ``invalid_request_error``), overload (529 ``overloaded_error``, with its ``retry-after``)
 and internal errors.
@@ -92,4 +94,4 @@ def google_error(status: int, message: str) -> Response:
 
 def vertex_is_google(error: SimulatorError) -> bool:
     """Whether Vertex's front door (not the model server) answers ``error``."""
-    return error.status in (401, 403, 404, 429)
+    return error.status in (401, 403, 404, 429, 503)

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast, final
+from typing import Any, Final, cast, final
 
 import trio
 from quart import Response, request
@@ -173,14 +173,19 @@ def _check_model(body: Mapping[str, Any]) -> None:
 
 
 def _check_pressure(state: SimulatorState, trace: Trace, cost: int) -> None:
-    """The enforced rate limits, then the overload schedule.
+    """An overload on demand, then the enforced rate limits, then the overload schedule.
 
     Raises:
-      SimulatorError: 429 ``rate_limit_error`` when a bucket has no room (nothing is
-        charged), or 529 ``overloaded_error`` inside an overload window; both carry an
-        integer ``retry-after``.
+      SimulatorError: the on-demand overload's status while one runs (nothing is
+        charged); 429 ``rate_limit_error`` when a bucket has no room (nothing is charged),
+        or 529 ``overloaded_error`` inside an overload window; all but a 500 carry an
+        integer ``retry-after``: when the overload or window ends, when the bucket has room.
     """
     now = trio.current_time()
+    demanded = state.on_demand.retry_after(now)
+    if demanded is not None:
+        trace.fault = "overload"
+        raise _on_demand_error(state.on_demand.status, demanded, trace)
     if state.limits.enabled:
         refused = state.limits.admit(cost, now)
         if refused is not None:
@@ -205,6 +210,28 @@ def _check_pressure(state: SimulatorState, trace: Trace, cost: int) -> None:
             type="overloaded_error",
             headers={"retry-after": str(overloaded)},
         )
+
+
+# What an on-demand overload says, by status (Anthropic's own words for 529 and 429).
+_ON_DEMAND_MESSAGES: Final = {
+    529: DEFAULT_MESSAGES["overloaded_error"],
+    429: DEFAULT_MESSAGES["rate_limit_error"],
+    503: "Simulated overload: the service is unavailable.",
+    500: DEFAULT_MESSAGES["api_error"],
+}
+
+
+def _on_demand_error(status: int, retry_after: int, trace: Trace) -> SimulatorError:
+    """The refusal of an overload on demand (``POST /_sim/overload``), in Anthropic's
+    terms (each cloud's route re-renders it): ``retry-after`` is when the overload ends,
+    except on a 500, which the API sends without one."""
+    headers: dict[str, str] = {}
+    if status != 500:
+        headers["retry-after"] = str(retry_after)
+        trace.retry_after = retry_after
+    return SimulatorError(
+        status, _ON_DEMAND_MESSAGES[status], type=error_type_for(status), headers=headers
+    )
 
 
 def _retry_after_of(error: SimulatorError) -> float | None:

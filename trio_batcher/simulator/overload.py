@@ -1,4 +1,5 @@
-"""Overload windows: spans of time in which every request is answered 529 (pure, no I/O).
+"""Overload windows: spans of time in which every request is answered 529 (pure, no I/O);
+and overload on demand, started now for a given time (``POST /_sim/overload``).
 
 The schedule is anchored at its *epoch*: the first time it is consulted (the simulator's
 first ``/v1/messages`` request after start or ``/_sim/reset``), so a test knows that its
@@ -11,14 +12,24 @@ first request falls at the start of the first window, whatever the server's star
 An overloaded request is told to come back when its window ends: ``retry-after`` is the
 rest of the window rounded up to whole seconds (at least 1), so a client that waits
 exactly that long finds the window over.
+
+``OverloadOnDemand`` is the other kind: a test or an operator overloads one simulated
+upstream *now* (``overload_route.py``), for ``for_s`` seconds, with a status of its choice
+(529 Anthropic's overload, 429, 503, 500), to watch a gateway route around it; it can be
+ended early. Both take the time as an argument (trio's clock in the app), so they are tested
+as data, and under ``autojump_clock`` without waiting.
 """
 
 from __future__ import annotations
 
 import math
-from typing import final
+from typing import Any, Final, final
 
-__all__ = ["OverloadSchedule"]
+ON_DEMAND_STATUSES: Final = (529, 429, 503, 500)
+"""The statuses an on-demand overload may answer with: Anthropic's overload (the default),
+a rate limit, an unavailable service, an internal error."""
+
+__all__ = ["ON_DEMAND_STATUSES", "OverloadOnDemand", "OverloadSchedule"]
 
 
 @final
@@ -67,8 +78,70 @@ class OverloadSchedule:
     def retry_after(self, now: float) -> int | None:
         """Whole seconds (at least 1) until the current window ends; ``None`` outside any."""
         left = self.remaining(now)
-        return None if left is None else max(1, math.ceil(left - 1e-9))
+        return None if left is None else _retry_after(left)
 
     def reset(self) -> None:
         """Forget the epoch: the next request starts the schedule again."""
         self._epoch = None
+
+
+def _retry_after(left: float) -> int:
+    """Whole seconds (at least 1) until ``left`` seconds have passed."""
+    return max(1, math.ceil(left - 1e-9))
+
+
+@final
+class OverloadOnDemand:
+    """An overload started now, for a set time: every Messages request is answered with
+    ``status`` until it ends (``remaining`` returns None from then on) or ``stop`` ends it.
+
+    Starting one while another runs replaces it: the new length counts from now.
+    """
+
+    def __init__(self) -> None:
+        self._until: float | None = None
+        self.status = 529
+
+    def start(self, now: float, for_s: float, status: int = 529) -> None:
+        """Overload from ``now`` for ``for_s`` seconds, answering ``status``.
+
+        Raises:
+          ValueError: ``for_s`` not finite and > 0, or a status not in
+            ``ON_DEMAND_STATUSES``.
+        """
+        if not (math.isfinite(for_s) and for_s > 0):
+            raise ValueError(f"for_s must be a number of seconds > 0, not {for_s}")
+        if status not in ON_DEMAND_STATUSES:
+            allowed = ", ".join(map(str, ON_DEMAND_STATUSES))
+            raise ValueError(f"status must be one of {allowed}, not {status}")
+        self._until = now + for_s
+        self.status = status
+
+    def stop(self) -> None:
+        """End the overload now (nothing happens if none is running)."""
+        self._until = None
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds the overload still lasts; ``None`` when none is running."""
+        if self._until is None:
+            return None
+        left = self._until - now
+        if left <= 0:
+            self._until = None
+            return None
+        return left
+
+    def retry_after(self, now: float) -> int | None:
+        """Whole seconds (at least 1) until the overload ends; ``None`` when none runs."""
+        left = self.remaining(now)
+        return None if left is None else _retry_after(left)
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """``GET /_sim/overload``'s answer: whether it runs, for how long yet, which status
+        (the last one asked for once it has ended; 529 before any)."""
+        left = self.remaining(now)
+        return {
+            "active": left is not None,
+            "remaining_s": 0.0 if left is None else left,
+            "status": self.status,
+        }

@@ -2,7 +2,7 @@
 
 Counters and traces (``stats``), the log of received requests (``received``), the prompt
 cache, the seeded RNG for latency jitter and fault draws, a bounded memo of replies, the
-enforced rate limits and overload schedule, and the use counts of ``times=N`` directives. Trio tasks touch it only between
+enforced rate limits, the overload schedule and the overload on demand, and the use counts of ``times=N`` directives. Trio tasks touch it only between
 checkpoints, so no request ever sees another's update half-done.
 """
 
@@ -19,7 +19,7 @@ import trio
 
 from .config import SimulatorConfig
 from .faults import Faults
-from .overload import OverloadSchedule
+from .overload import OverloadOnDemand, OverloadSchedule
 from .prompt import InputUsage, Prompt, PromptCache
 from .ratelimit import RateLimits
 from .received import ReceivedLog
@@ -74,19 +74,21 @@ class SimulatorState:
         self._replies: OrderedDict[tuple[bytes, int], _Memo] = OrderedDict()
         self.limits = RateLimits(config.rpm_limit, config.tpm_limit, config.ratelimit_period_s)
         self.overload = OverloadSchedule(config.overload_every_s, config.overload_for_s)
+        self.on_demand = OverloadOnDemand()
         # Directive text -> requests it has faulted; bounded by TRANSIENT_ENTRIES.
         self._transient: OrderedDict[str, int] = OrderedDict()
 
     def reset(self) -> None:
         """Zero the counters, empty the request log and the prompt cache, re-seed the RNG,
-        refill the rate-limit buckets, restart the overload schedule and forget ``times=N``
-        use counts."""
+        refill the rate-limit buckets, restart the overload schedule, end an overload on
+        demand and forget ``times=N`` use counts."""
         self.stats.reset()
         self.received.clear()
         self.cache.clear()
         self.rng.seed(self.config.seed)
         self.limits.reset()
         self.overload.reset()
+        self.on_demand.stop()
         self._transient.clear()
 
     def transient_spent(self, faults: Faults) -> bool:

@@ -38,12 +38,21 @@ VERTEX_VERSION: Final = "vertex-2023-10-16"
 _MODELS: Final = "/v1/projects/<project>/locations/<region>/publishers/anthropic/models/<spec>"
 
 
-def add_vertex_routes(app: QuartTrio, state: SimulatorState) -> None:
-    """Register the Vertex AI routes and the token endpoint on ``app``."""
+def add_vertex_routes(
+    app: QuartTrio, state: SimulatorState, tokens: GoogleTokens | None = None
+) -> None:
+    """Register the Vertex AI routes and the token endpoint on ``app``.
+
+    ``tokens``: the access tokens issued and accepted, when shared with other simulators
+    (one Google token endpoint serves every Vertex region); ``None``: this app's own.
+    """
     config = state.config
-    tokens = GoogleTokens(
-        config.vertex_client_email, config.vertex_public_key_pem, config.vertex_token_lifetime_s
-    )
+    if tokens is None:
+        tokens = GoogleTokens(
+            config.vertex_client_email,
+            config.vertex_public_key_pem,
+            config.vertex_token_lifetime_s,
+        )
 
     @app.post("/token")
     async def token() -> Response:
