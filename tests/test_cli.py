@@ -328,11 +328,6 @@ def test_sim_upstreams_settings_route_the_gateway_across_the_fleet(
     assert Path(os.environ["GOOGLE_APPLICATION_CREDENTIALS"]).exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="routing across UPSTREAMS_FILE is wired by the lead (issue 28); until then "
-    "check_files refuses the generated file. Remove this mark once it routes.",
-)
 def test_serve_simulate_sim_upstreams_routes_around_an_overloaded_upstream() -> None:
     port = free_port()
     args = [

@@ -611,7 +611,9 @@ def _run(argv: Sequence[str]) -> None:
                 _fail("--sim-upstreams writes its own UPSTREAMS_FILE; unset UPSTREAMS_FILE")
             _sim_kinds(args, "--sim-upstreams")
         settings = _settings_from(args)
-        if not args.simulate and not settings.anthropic_api_key:
+        # With UPSTREAMS_FILE each anthropic upstream names its own key variable, which
+        # check_files checks; ANTHROPIC_API_KEY is then not needed.
+        if not args.simulate and not settings.anthropic_api_key and not settings.upstreams_file:
             _fail(
                 "ANTHROPIC_API_KEY is not set. To try trio-batcher without a key, run "
                 "`trio-batcher serve --simulate` (a built-in simulated upstream)."
