@@ -16,7 +16,8 @@ from typing import Any
 import httpx2
 import pytest
 import trio
-from support import Sim, proxy_and_simulator
+from fleet_support import KINDS, gateway_and_simulator
+from support import Sim
 
 from trio_batcher.simulator import SimulatorConfig
 
@@ -55,6 +56,13 @@ RESPONSES = Door(
     "/v1/responses", "openai.responses", "event: response.output_text.delta", {}, messages=False
 )
 DOORS = [pytest.param(MESSAGES, id="messages"), pytest.param(RESPONSES, id="responses")]
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """Every test runs against each kind of upstream: Anthropic's API, Bedrock, Vertex AI
+    (``fleet_support``): cancellation must not depend on which one serves."""
+    return str(request.param)
 
 
 def _http() -> httpx2.AsyncClient:
@@ -115,9 +123,12 @@ async def _leave(
 @pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_client_leaving_while_in_flight_closes_the_upstream_call(
-    door: Door, stream: bool
+    door: Door, stream: bool, kind: str
 ) -> None:
-    async with proxy_and_simulator(metrics_enabled=True) as (url, sim), _http() as http:
+    async with (
+        gateway_and_simulator(kind, None, metrics_enabled=True) as (url, sim),
+        _http() as http,
+    ):
 
         async def in_flight(_: trio.Event) -> None:
             await _wait_for(sim, lambda s: s["in_flight"] == 1)
@@ -132,9 +143,14 @@ async def test_a_client_leaving_while_in_flight_closes_the_upstream_call(
 
 
 @pytest.mark.parametrize("door", DOORS)
-async def test_a_client_leaving_mid_stream_closes_the_upstream_stream(door: Door) -> None:
+async def test_a_client_leaving_mid_stream_closes_the_upstream_stream(
+    door: Door, kind: str
+) -> None:
     config = SimulatorConfig(ttft_ms=0, tokens_per_s=20, reply_tokens=400)
-    async with proxy_and_simulator(config, metrics_enabled=True) as (url, sim), _http() as http:
+    async with (
+        gateway_and_simulator(kind, config, metrics_enabled=True) as (url, sim),
+        _http() as http,
+    ):
 
         async def content(seen: trio.Event) -> None:
             with trio.fail_after(5):
@@ -160,10 +176,10 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_stream(door: Door
 )
 @pytest.mark.parametrize("door", DOORS)
 async def test_a_client_leaving_while_queued_never_reaches_the_upstream(
-    door: Door, changes: dict[str, Any]
+    door: Door, changes: dict[str, Any], kind: str
 ) -> None:
     async with (
-        proxy_and_simulator(metrics_enabled=True, **changes) as (url, sim),
+        gateway_and_simulator(kind, None, metrics_enabled=True, **changes) as (url, sim),
         _http() as http,
     ):
         gated = "max_inflight" in changes
@@ -200,7 +216,7 @@ async def test_a_client_leaving_while_queued_never_reaches_the_upstream(
 
 
 @pytest.mark.parametrize("door", DOORS)
-async def test_gauges_return_to_idle_after_a_mix_on_the_door(door: Door) -> None:
+async def test_gauges_return_to_idle_after_a_mix_on_the_door(door: Door, kind: str) -> None:
     config = SimulatorConfig(ttft_ms=30, tokens_per_s=200, reply_tokens=10)
     changes = {
         "batch_enabled": True,
@@ -211,7 +227,7 @@ async def test_gauges_return_to_idle_after_a_mix_on_the_door(door: Door) -> None
         "request_timeout_s": 2,
     }
     texts = ["ok", "[[sim:status=500]]", "[[sim:hang=1]]", "[[sim:status=529]]", "ok", "{bad"]
-    async with proxy_and_simulator(config, **changes) as (url, sim), _http() as http:
+    async with gateway_and_simulator(kind, config, **changes) as (url, sim), _http() as http:
         # The upstream pool keeps up to BATCH_MAX_CONCURRENCY connections, each a task on
         # the simulator's side of this process: open them before taking the baseline.
         async with trio.open_nursery() as nursery:
