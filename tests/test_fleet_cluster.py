@@ -1,0 +1,97 @@
+"""Many upstreams and many instances: cache affinity shared through a real ``redis-server``.
+
+Two gateways in front of the same two simulated upstreams, sharing one Redis. A
+conversation started on one gateway and continued on the other must reach the upstream
+that served its first turn -- where its prompt cache is -- although the second gateway's
+own weighted choice would have sent it elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+from redis_support import RedisServer, running_redis, unique_prefix
+from support import SIM_KEY, Sim, running_proxy, running_simulator
+from test_fleet_live import upstreams_toml
+
+from trio_batcher.settings import Settings
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisServer]:
+    with running_redis() as server:
+        yield server
+
+
+def _turn(text: str, *history: dict[str, Any]) -> dict[str, Any]:
+    messages = [*history, {"role": "user", "content": text}]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 32, "messages": messages}
+
+
+async def _send(http: httpx2.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    reply = await http.post(
+        f"{url}/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+    )
+    assert reply.status_code == 200, reply.text
+    answer: dict[str, Any] = reply.json()
+    return answer
+
+
+async def _remembered(http: httpx2.AsyncClient, url: str) -> int:
+    cluster = (await http.get(f"{url}/metrics")).json()["cluster"]
+    return int(cluster["affinity"]["remembered"])
+
+
+async def _firsts(sim: Sim) -> list[str]:
+    """The first user message of every request ``sim`` received."""
+    return [json.loads(e["body"])["messages"][0]["content"] for e in await sim.received()]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "no-redis"])
+async def test_a_conversation_continued_on_another_instance_keeps_its_upstream(
+    redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    for i in range(2):
+        monkeypatch.setenv(f"FLEET_KEY_{i}", SIM_KEY)
+    async with running_simulator() as up0, running_simulator() as up1:
+        path = tmp_path / "upstreams.toml"
+        path.write_text(upstreams_toml([up0, up1]))
+        settings = Settings(
+            upstreams_file=str(path),
+            data_dir=str(tmp_path / "data"),
+            batch_enabled=True,
+            batch_max_concurrency=8,
+            batch_max_wait_ms=1,
+            redis_url=redis.url if shared else None,
+            redis_key_prefix=unique_prefix(),
+            redis_timeout_s=2.0,
+            metrics_enabled=True,
+        )
+        async with (
+            running_proxy(settings) as a,
+            running_proxy(settings) as b,
+            httpx2.AsyncClient(timeout=30) as http,
+        ):
+            first = _turn("conversation A")
+            answer = await _send(http, a, first)  # a's first pick: up0
+            # b's own first pick goes to another conversation, so its next pick is up1.
+            await _send(http, b, _turn("conversation B"))
+            history = [*first["messages"], {"role": "assistant", "content": answer["content"]}]
+            if shared:  # the writer is off the request path: poll (another server) for it
+                with trio.fail_after(5):
+                    while not await _remembered(http, a):  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+            await _send(http, b, _turn("and then?", *history))
+            metrics = (await http.get(f"{b}/metrics")).json()
+        on_up0, on_up1 = await _firsts(up0), await _firsts(up1)
+    assert on_up0.count("conversation A") == (2 if shared else 1)
+    assert on_up1.count("conversation A") == (0 if shared else 1)
+    if shared:
+        assert metrics["cluster"]["affinity"]["recalled"] == 1
+        assert metrics["routing"]["affinity"]["kept"] == 1
