@@ -74,8 +74,8 @@ class _Broken:
     async def handle(self, *args: Any) -> Any:
         raise RuntimeError("a bug")
 
-    def conversation_keyer(self, *args: Any) -> None:
-        return None  # one upstream: no conversation keys
+    def route_facts(self, *args: Any) -> None:
+        return None  # one upstream: nothing to work out for the router
 
     def record_refused(self, *args: Any, **kwargs: Any) -> None:
         raise AssertionError("the request was not refused")

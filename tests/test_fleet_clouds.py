@@ -9,14 +9,24 @@ call, with credentials it found through the standard chains (``fleet_support``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from cloud_support import ASK, WEATHER_TOOL
-from fleet_support import MODELS, gateway_and_simulator
+from cloud_support import ASK, WEATHER_TOOL, cloud_config
+from fleet_support import (
+    MODELS,
+    cloud_environment,
+    cloud_upstream,
+    environment,
+    gateway_and_simulator,
+)
+from support import SIM_KEY, running_proxy, running_simulator
 
+from trio_batcher.settings import Settings
 from trio_batcher.simulator import SimulatorConfig
+from trio_batcher.upstreams.facts import anthropic_only
 
 CLOUDS = [pytest.param("bedrock", id="bedrock"), pytest.param("vertex", id="vertex")]
 OPENAI_TOOL = {
@@ -143,3 +153,93 @@ async def test_count_tokens_goes_to_the_cloud(kind: str) -> None:
         )
         assert reply.status_code == 200, reply.text
         assert reply.json()["input_tokens"] > 0
+
+
+FILE_SOURCE = {
+    "role": "user",
+    "content": [
+        {
+            "type": "document",
+            "source": {"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"},
+        },
+        {"type": "text", "text": "Summarise the document."},
+    ],
+}
+
+
+def test_features_only_anthropic_carries_are_found_where_they_hide() -> None:
+    assert anthropic_only({"messages": [FILE_SOURCE]}) == "the Files API (a file_id source)"
+    nested = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t", "content": FILE_SOURCE["content"]}],
+    }
+    assert anthropic_only({"messages": [nested]}) == "the Files API (a file_id source)"
+    assert anthropic_only({"messages": [], "mcp_servers": [{"type": "url"}]}) is not None
+    assert anthropic_only({"messages": [], "container": "container_1"}) is not None
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+    assert anthropic_only({"messages": [{"role": "user", "content": [image]}]}) is None
+    assert anthropic_only({"messages": ASK, "mcp_servers": []}) is None
+
+
+@pytest.mark.parametrize("kind", CLOUDS)
+async def test_a_feature_only_anthropic_carries_is_refused_by_a_cloud_only_gateway(
+    kind: str,
+) -> None:
+    async with (
+        gateway_and_simulator(kind, SimulatorConfig()) as (url, sim),
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [FILE_SOURCE]}
+        reply = await http.post(
+            f"{url}/v1/messages",
+            json=body,
+            headers={"anthropic-version": "2023-06-01", "anthropic-beta": "files-api-2025-04-14"},
+        )
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert "Files API" in error["message"]
+        assert [e for e in await sim.received() if e["path"] != "/token"] == []
+
+
+async def test_a_mixed_fleet_sends_anthropic_only_features_to_the_anthropic_upstream(
+    tmp_path: Path,
+) -> None:
+    """One simulator speaks both wires: an anthropic and a bedrock upstream on it, weights
+    equal. Plain requests spread over both; every request with a file source reaches the
+    anthropic wire (``/v1/messages``), never Bedrock's (``/model/...``)."""
+    async with running_simulator(cloud_config()) as sim:
+        anthropic = (
+            f'[[upstream]]\nname = "anthropic"\nkind = "anthropic"\nbase_url = "{sim.url}"\n'
+            'api_key_env = "MIXED_KEY"\n\n'
+        )
+        path = tmp_path / "upstreams.toml"
+        path.write_text(anthropic + cloud_upstream("bedrock", sim.url))
+        variables = {**cloud_environment(tmp_path, sim.url), "MIXED_KEY": SIM_KEY}
+        with environment(variables):
+            settings = Settings(upstreams_file=str(path), data_dir=str(tmp_path / "data"))
+            async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
+                headers = {"anthropic-version": "2023-06-01"}
+                for n in range(4):
+                    body = {
+                        "model": "claude-sonnet-4-5",
+                        "max_tokens": 16,
+                        "messages": [
+                            FILE_SOURCE,
+                            {"role": "assistant", "content": f"{n}"},
+                            {"role": "user", "content": "go on"},
+                        ],
+                    }
+                    await http.post(f"{url}/v1/messages", json=body, headers=headers)
+                    plain = {
+                        "model": "claude-sonnet-4-5",
+                        "max_tokens": 16,
+                        "messages": [{"role": "user", "content": f"plain {n}"}],
+                    }
+                    ok = await http.post(f"{url}/v1/messages", json=plain, headers=headers)
+                    assert ok.status_code == 200, ok.text
+                received = await sim.received()
+    paths = [(e["path"], "file_id" in e["body"]) for e in received]
+    assert all(path == "/v1/messages" for path, has_file in paths if has_file)
+    assert sum(1 for _, has_file in paths if has_file) == 4
+    assert any(path.startswith("/model/") for path, _ in paths)  # plain ones used Bedrock

@@ -27,7 +27,7 @@ from ..translation.anthropic_messages import (
     relayed_headers,
 )
 from ..upstream.request import UpstreamRequest, outline
-from ..upstreams.conversation import Keyer
+from ..upstreams.facts import NO_FACTS, FactsOf
 from .http import Incoming
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
@@ -69,12 +69,12 @@ class _AnthropicDoor:
         return exc
 
     def upstream_request(
-        self, incoming: Incoming, model: str, stream: bool, keyer: Keyer | None = None
+        self, incoming: Incoming, model: str, stream: bool, facts_of: FactsOf | None = None
     ) -> UpstreamRequest:
         """The client's body as its own bytes, with its version and beta headers; the
         parsed tree is let go (only its outline stays), so the request holds its size once."""
         assert isinstance(incoming.payload, dict)
-        key = keyer(model, incoming.payload) if keyer is not None else None
+        facts = facts_of(model, incoming.payload) if facts_of is not None else NO_FACTS
         request = UpstreamRequest(
             outline(incoming.payload),
             model,
@@ -82,7 +82,8 @@ class _AnthropicDoor:
             self.surface,
             content=incoming.raw.removeprefix(_BOM),
             headers=forwarded_headers(incoming.scope["headers"]),
-            conversation=key,
+            conversation=facts.conversation,
+            anthropic_only=facts.anthropic_only,
         )
         incoming.release()
         return request
@@ -101,8 +102,8 @@ class MessagesDoor(_AnthropicDoor):
             model, stream = check_messages(incoming.payload)
         except ProxyError as exc:
             raise self.refused(pipeline, exc, incoming) from None
-        keyer = pipeline.conversation_keyer(incoming.tenant, incoming.scope["headers"])
-        request = self.upstream_request(incoming, model, stream, keyer)
+        facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
+        request = self.upstream_request(incoming, model, stream, facts_of)
         return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
 
 

@@ -25,7 +25,7 @@ from ..translation.openai_chat import (
     translate_request,
 )
 from ..upstream.request import UpstreamRequest, encode_body, outline
-from ..upstreams.conversation import Keyer
+from ..upstreams.facts import NO_FACTS, FactsOf
 from .http import Incoming
 
 __all__ = ["CHAT_PATH", "SURFACE", "OpenAIChatDoor"]
@@ -55,14 +55,14 @@ class OpenAIChatDoor:
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         payload, arrived = incoming.payload, incoming.arrived
-        keyer = pipeline.conversation_keyer(incoming.tenant, incoming.scope["headers"])
+        facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
         try:
             if incoming.large:
                 tr, request = await trio.to_thread.run_sync(
-                    _translate, payload, self._options, True, keyer, limiter=self._large_bodies
+                    _translate, payload, self._options, True, facts_of, limiter=self._large_bodies
                 )
             else:
-                tr, request = _translate(payload, self._options, False, keyer)
+                tr, request = _translate(payload, self._options, False, facts_of)
         except ProxyError as exc:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.
@@ -82,7 +82,7 @@ class OpenAIChatDoor:
 
 
 def _translate(
-    payload: object, options: TranslationOptions, large: bool, keyer: Keyer | None = None
+    payload: object, options: TranslationOptions, large: bool, facts_of: FactsOf | None = None
 ) -> tuple[TranslatedRequest, UpstreamRequest]:
     """The translation, and the upstream request made of it.
 
@@ -92,11 +92,24 @@ def _translate(
     serialisation made at send time.
     """
     tr = translate_request(payload, options)
-    key = keyer(tr.upstream_model, tr.body) if keyer is not None else None
+    facts = facts_of(tr.upstream_model, tr.body) if facts_of is not None else NO_FACTS
     if not large:
-        return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE, conversation=key)
+        return tr, UpstreamRequest(
+            tr.body,
+            tr.upstream_model,
+            tr.stream,
+            SURFACE,
+            conversation=facts.conversation,
+            anthropic_only=facts.anthropic_only,
+        )
     content = encode_body(tr.body)
     tr = replace(tr, body=outline(tr.body))
     return tr, UpstreamRequest(
-        tr.body, tr.upstream_model, tr.stream, SURFACE, content=content, conversation=key
+        tr.body,
+        tr.upstream_model,
+        tr.stream,
+        SURFACE,
+        content=content,
+        conversation=facts.conversation,
+        anthropic_only=facts.anthropic_only,
     )

@@ -39,7 +39,7 @@ from ..translation.openai_responses import (
     translate_request,
 )
 from ..upstream.request import UpstreamRequest, encode_body, outline
-from ..upstreams.conversation import Keyer
+from ..upstreams.facts import NO_FACTS, FactsOf
 from .auth import client_key
 from .hosts import FOREIGN_HOST, host_not_allowed
 from .http import Incoming
@@ -116,7 +116,7 @@ class ResponsesDoor:
             _check_host(payload, incoming.scope.get(FOREIGN_HOST))
             history = await self._history(payload, owner)
             references = await self._references(payload, history, owner)
-            keyer = pipeline.conversation_keyer(incoming.tenant, incoming.scope["headers"])
+            facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
             if incoming.large:
                 tr, request = await trio.to_thread.run_sync(
                     _translate,
@@ -125,11 +125,13 @@ class ResponsesDoor:
                     history,
                     references,
                     True,
-                    keyer,
+                    facts_of,
                     limiter=self._large_bodies,
                 )
             else:
-                tr, request = _translate(payload, self._options, history, references, False, keyer)
+                tr, request = _translate(
+                    payload, self._options, history, references, False, facts_of
+                )
         except ProxyError as exc:
             stream = isinstance(payload, dict) and payload.get("stream") is True
             timing = pipeline.record_refused(
@@ -283,16 +285,29 @@ def _translate(
     history: list[dict[str, Any]],
     references: dict[str, dict[str, Any]],
     large: bool,
-    keyer: Keyer | None = None,
+    facts_of: FactsOf | None = None,
 ) -> tuple[ResponsesRequest, UpstreamRequest]:
     """The translation, and the upstream request made of it; a large body is encoded here,
     once, and its translated tree dropped (as the Chat door does, ``openai_chat._translate``)."""
     tr = translate_request(payload, options, history, references)
-    key = keyer(tr.upstream_model, tr.body) if keyer is not None else None
+    facts = facts_of(tr.upstream_model, tr.body) if facts_of is not None else NO_FACTS
     if not large:
-        return tr, UpstreamRequest(tr.body, tr.upstream_model, tr.stream, SURFACE, conversation=key)
+        return tr, UpstreamRequest(
+            tr.body,
+            tr.upstream_model,
+            tr.stream,
+            SURFACE,
+            conversation=facts.conversation,
+            anthropic_only=facts.anthropic_only,
+        )
     content = encode_body(tr.body)
     tr = replace(tr, body=outline(tr.body))
     return tr, UpstreamRequest(
-        tr.body, tr.upstream_model, tr.stream, SURFACE, content=content, conversation=key
+        tr.body,
+        tr.upstream_model,
+        tr.stream,
+        SURFACE,
+        content=content,
+        conversation=facts.conversation,
+        anthropic_only=facts.anthropic_only,
     )

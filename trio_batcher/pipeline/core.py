@@ -54,7 +54,7 @@ from ..upstream.caller import MessagesCaller
 from ..upstream.client import UpstreamReply
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import StreamEvent
-from ..upstreams.conversation import Keyer, conversation_keyer
+from ..upstreams.facts import FactsOf, facts_of
 from ..upstreams.fleet import Fleet, Served
 from .contract import CLIENT_CLOSED, JSONReply, ReplyCodec, StreamReply
 from .outcomes import Outcomes, request_timing
@@ -91,20 +91,19 @@ class Pipeline:
         self._dispatcher = dispatcher
         self._gate = gate
 
-    @property
-    def routes(self) -> bool:
-        """Whether requests choose among several upstreams: the doors then compute each
-        request's conversation key (``UpstreamRequest.conversation``)."""
-        return self._fleet.routes
-
-    def conversation_keyer(
+    def route_facts(
         self, tenant: Tenant | None, headers: Iterable[tuple[bytes, bytes]]
-    ) -> Keyer | None:
-        """How a door names the conversation a request is a turn of, for cache affinity;
-        ``None`` when there is one upstream (nothing to keep it on, so nothing to compute)."""
-        if not self._fleet.routes or not self.settings.upstream_affinity:
+    ) -> FactsOf | None:
+        """What a door works out of a request's whole body for the router
+        (``upstreams.facts``): its conversation key, for cache affinity, and a feature
+        only Anthropic's own API carries; ``None`` when neither could change the route
+        (one upstream, no cloud), so nothing is computed."""
+        conversation = self._fleet.routes and self.settings.upstream_affinity
+        capabilities = self._fleet.has_clouds
+        if not conversation and not capabilities:
             return None
-        return conversation_keyer(tenant.name if tenant is not None else None, headers)
+        name = tenant.name if tenant is not None else None
+        return facts_of(name, headers, conversation=conversation, capabilities=capabilities)
 
     async def handle(
         self,

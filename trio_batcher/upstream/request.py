@@ -68,6 +68,9 @@ class UpstreamRequest:
         which the router keeps on one upstream so its prompt cache stays warm; computed
         at the door (which still has the whole body) only when there is a choice of
         upstream, ``None`` otherwise.
+      anthropic_only: a feature of the body only Anthropic's own API carries (the Files
+        API, the MCP connector...), named for an error: no bedrock or vertex upstream may
+        take the request (``upstreams.facts``).
     """
 
     body: Mapping[str, Any]
@@ -78,3 +81,4 @@ class UpstreamRequest:
     headers: tuple[tuple[bytes, bytes], ...] = ()
     tenant: str | None = None
     conversation: str | None = None
+    anthropic_only: str | None = None

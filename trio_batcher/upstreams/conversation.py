@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
-from functools import partial
+from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["SESSION_HEADER", "Keyer", "conversation_key", "conversation_keyer"]
-
-Keyer = Callable[[str, Mapping[str, Any]], str]
-"""``keyer(model, body)``: the conversation key of a Messages body for ``model``."""
+__all__ = ["SESSION_HEADER", "conversation_key"]
 
 SESSION_HEADER: Final = "x-claude-code-session-id"
 
@@ -55,19 +51,6 @@ def conversation_key(
         ]
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def conversation_keyer(tenant: str | None, headers: Iterable[tuple[bytes, bytes]]) -> Keyer:
-    """``conversation_key`` bound to a request's tenant and its Claude Code session header
-    (``headers``: the ASGI scope's), for a door to call once it has the Messages body."""
-    wanted = SESSION_HEADER.encode()
-    session = next((v for k, v in headers if k.lower() == wanted), None)
-    session_id = session.decode("latin-1")[:256] if session else None
-    return partial(_keyed, tenant or "", session_id)
-
-
-def _keyed(tenant: str, session_id: str | None, model: str, body: Mapping[str, Any]) -> str:
-    return conversation_key(tenant, model, body, session_id=session_id)
 
 
 def _normal(value: object) -> object:

@@ -147,6 +147,12 @@ class Fleet:
         request's conversation key worth computing (``conversation.conversation_key``)."""
         return len(self.stewards) > 1
 
+    @property
+    def has_clouds(self) -> bool:
+        """Whether some upstream is a bedrock or vertex one: only then is it worth looking
+        for features only Anthropic's own API carries (``facts.anthropic_only``)."""
+        return any(s.spec.kind != "anthropic" for s in self.stewards)
+
     def steward(self, name: str) -> Steward:
         return self._by_name[name]
 
@@ -218,9 +224,10 @@ class Fleet:
         """
         if len(self.stewards) == 1:
             steward = self.stewards[0]
-            model_id = steward.spec.model_id(request.model)
+            only = request.anthropic_only
+            model_id = steward.model_id(request.model, anthropic_only=only is not None)
             if model_id is None:
-                raise _not_served(request.model, self.stewards)
+                raise _not_served(request.model, self.stewards, only)
             mapped = steward.request_for(request, model_id)
             del request
             async with steward.slot():
@@ -247,18 +254,19 @@ class Fleet:
     ) -> AsyncIterator[Served[T]]:
         conversation = request.conversation
         model = request.model
+        only = request.anthropic_only
         known = await self._recall(conversation)
         tried: set[str] = set()
         retries = 0
         last: tuple[ProxyError, Failure, str] | None = None
         while True:
-            states = [s.state(model) for s in self.stewards]
+            states = [s.state(model, anthropic_only=only is not None) for s in self.stewards]
             affine = None if conversation is None else self.router.affinity.get(conversation)
             route = self.router.route(states, conversation)
             attempt = next((a for a in route.attempts if a.upstream not in tried), None)
             if attempt is None:
                 if last is None:
-                    await self._wait_for_any(route, states, model, deadline)
+                    await self._wait_for_any(route, states, model, deadline, only)
                 else:
                     retry_at = await self._retry_at(last, retries, deadline)
                     await trio.sleep_until(retry_at)
@@ -334,13 +342,18 @@ class Fleet:
         return retry_at
 
     async def _wait_for_any(
-        self, route: Route, states: Sequence[UpstreamState], model: str, deadline: float
+        self,
+        route: Route,
+        states: Sequence[UpstreamState],
+        model: str,
+        deadline: float,
+        only: str | None,
     ) -> None:
         """No upstream can take the request now: none serves the model (400), or all that
         do are cooling down: wait for the first to come back, or shed if it comes back
         too late."""
         if not route.served:
-            raise _not_served(model, self.stewards)
+            raise _not_served(model, self.stewards, only)
         error = self.shed_error(deadline, model)
         if error is not None:
             raise error
@@ -379,8 +392,17 @@ def _why_not(state: UpstreamState) -> str:
     return "full" if not state.has_room else "other"
 
 
-def _not_served(model: str, stewards: Sequence[Steward]) -> ProxyError:
+def _not_served(model: str, stewards: Sequence[Steward], only: str | None) -> ProxyError:
     names = ", ".join(s.name for s in stewards)
+    if only is not None and any(s.spec.model_id(model) is not None for s in stewards):
+        return ProxyError(
+            400,
+            f"This request uses {only}, which only Anthropic's own API carries, and no "
+            f"anthropic upstream of this gateway serves the model {model!r} "
+            f"(upstreams: {names}).",
+            type="invalid_request_error",
+            code="unsupported_by_upstream",
+        )
     return ProxyError(
         400,
         f"No upstream of this gateway serves the model {model!r} (upstreams: {names}); "

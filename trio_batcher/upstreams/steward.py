@@ -91,9 +91,10 @@ class Steward:
     def unhealthy_until(self) -> float:
         return self._unhealthy_until
 
-    def state(self, model: str) -> UpstreamState:
-        """What the router needs to know of this upstream for a request for ``model``."""
-        model_id = self.spec.model_id(model)
+    def state(self, model: str, *, anthropic_only: bool = False) -> UpstreamState:
+        """What the router needs to know of this upstream for a request for ``model``
+        (one that needs Anthropic's own API, with ``anthropic_only``: no cloud serves it)."""
+        model_id = self.model_id(model, anthropic_only=anthropic_only)
         cooling = model_id is not None and self.resilience.cooling_until(model_id) > self._clock()
         cap = self.spec.max_concurrency
         if self.limiter is not None and cap is not None:
@@ -107,7 +108,16 @@ class Steward:
             in_flight=self._in_flight,
             healthy=self.healthy,
         )
+        if model_id is None and state.model_id is not None:
+            state = replace(state, model_id=None)
         return state if cap == state.cap else replace(state, cap=cap)
+
+    def model_id(self, model: str, *, anthropic_only: bool = False) -> str | None:
+        """This upstream's id for ``model``; None if it does not serve it, or if the
+        request needs Anthropic's own API and this is a cloud."""
+        if anthropic_only and self.spec.kind != "anthropic":
+            return None
+        return self.spec.model_id(model)
 
     def request_for(self, request: UpstreamRequest, model_id: str) -> UpstreamRequest:
         """``request`` as this upstream receives it: ``model`` is its id for the model.
