@@ -341,18 +341,24 @@ def test_a_long_list_of_problems_is_counted_past_eight() -> None:
     assert str(caught.value).endswith("upstream 'u7': weight: must be >= 1, got 0; and 2 more")
 
 
-def test_serving_refuses_an_upstreams_file_until_routing_is_built(tmp_path: pathlib.Path) -> None:
-    """A file naming several upstreams must not be quietly served by one: the file is
-    checked (its problems named), then refused with what to do instead."""
+def test_serving_checks_the_file_and_the_key_variables_it_names(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check_files`` (what ``serve`` and each ASGI worker call before serving) names the
+    file's problems, and an anthropic upstream whose key variable is unset -- by the
+    variable's name, never a value -- so a gateway never starts unable to call an upstream."""
     from trio_batcher.runtime import check_files
     from trio_batcher.settings import SettingsError
 
     good = tmp_path / "upstreams.toml"
-    good.write_text('[[upstream]]\nname = "a"\nkind = "anthropic"\n')
+    good.write_text('[[upstream]]\nname = "a"\nkind = "anthropic"\napi_key_env = "KEY_OF_A"\n')
+    monkeypatch.delenv("KEY_OF_A", raising=False)
     with pytest.raises(SettingsError) as refused:
         check_files(Settings(upstreams_file=str(good)))
     assert refused.value.name == "UPSTREAMS_FILE"
-    assert "does not route across several upstreams yet" in refused.value.problem
+    assert "KEY_OF_A is not set" in refused.value.problem
+    monkeypatch.setenv("KEY_OF_A", "sk-ant-secret-value")
+    check_files(Settings(upstreams_file=str(good)))
     bad = tmp_path / "bad.toml"
     bad.write_text('[[upstream]]\nname = "a"\nkind = "anthropik"\n')
     with pytest.raises(SettingsError) as named:
