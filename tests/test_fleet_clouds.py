@@ -243,3 +243,38 @@ async def test_a_mixed_fleet_sends_anthropic_only_features_to_the_anthropic_upst
     assert all(path == "/v1/messages" for path, has_file in paths if has_file)
     assert sum(1 for _, has_file in paths if has_file) == 4
     assert any(path.startswith("/model/") for path, _ in paths)  # plain ones used Bedrock
+
+
+@pytest.mark.parametrize("kind", CLOUDS)
+async def test_the_batch_api_says_it_needs_an_anthropic_upstream(kind: str) -> None:
+    """Message Batches live in an Anthropic organisation: a gateway of clouds only
+    refuses a batch at creation, in OpenAI's shape, and never sends it anywhere."""
+    async with (
+        gateway_and_simulator(kind, SimulatorConfig()) as (url, sim),
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        line = {
+            "custom_id": "1",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x"}]},
+        }
+        uploaded = await http.post(
+            f"{url}/v1/files",
+            files={"file": ("in.jsonl", json.dumps(line).encode() + b"\n")},
+            data={"purpose": "batch"},
+        )
+        assert uploaded.status_code == 200, uploaded.text
+        created = await http.post(
+            f"{url}/v1/batches",
+            json={
+                "input_file_id": uploaded.json()["id"],
+                "endpoint": "/v1/chat/completions",
+                "completion_window": "24h",
+            },
+        )
+        assert created.status_code == 400, created.text
+        error = created.json()["error"]
+        assert error["code"] == "unsupported_by_upstream"
+        assert "anthropic upstream" in error["message"]
+        assert [e for e in await sim.received() if e["path"] != "/token"] == []

@@ -383,9 +383,19 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         return found.name if found is not None else None
 
     def batch_allowed() -> None:
+        rt = app.runtime
+        if rt is not None and not rt.fleet.has_anthropic:
+            # Message Batches live in an Anthropic organisation: no cloud carries them.
+            raise ProxyError(
+                400,
+                "The Batch API runs on Anthropic's Message Batches, which only an anthropic "
+                "upstream carries; this gateway's upstreams are all bedrock or vertex ones.",
+                type="invalid_request_error",
+                code="unsupported_by_upstream",
+            )
         found = tenants.directory.lookup(_client_key())
-        if found is not None and app.runtime is not None:
-            app.runtime.guard.check_budget(found)
+        if found is not None and rt is not None:
+            rt.guard.check_budget(found)
 
     app.register_blueprint(
         batches_blueprint(batches, files, keyed, wake_poller, tenant_name, batch_allowed)

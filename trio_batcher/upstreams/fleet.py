@@ -153,6 +153,12 @@ class Fleet:
         for features only Anthropic's own API carries (``facts.anthropic_only``)."""
         return any(s.spec.kind != "anthropic" for s in self.stewards)
 
+    @property
+    def has_anthropic(self) -> bool:
+        """Whether some upstream is Anthropic's own API: what the stateful APIs (Message
+        Batches) need."""
+        return any(s.spec.kind == "anthropic" for s in self.stewards)
+
     def steward(self, name: str) -> Steward:
         return self._by_name[name]
 
