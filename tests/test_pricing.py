@@ -304,3 +304,25 @@ def test_a_bad_upstream_price_table_is_a_value_error_naming_the_upstream(
         load_pricing(path)
     assert path in str(info.value)
     assert problem in str(info.value)
+
+
+def test_prices_for_an_upstream_the_gateway_does_not_have_stop_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt upstream name would quietly never be used: ``check_files`` (run by
+    ``serve`` before serving) names it, and the upstreams the gateway does have."""
+    from trio_batcher.runtime import check_files
+    from trio_batcher.settings import Settings, SettingsError
+
+    pricing = _write(tmp_path, {"families": {"m": _ROW}, "upstreams": {"bedrock-ue": {"m": _DEAR}}})
+    upstreams = tmp_path / "upstreams.toml"
+    upstreams.write_text(
+        '[[upstream]]\nname = "bedrock-eu"\nkind = "anthropic"\napi_key_env = "K"\n'
+    )
+    monkeypatch.setenv("K", "sk-ant-test")
+    with pytest.raises(SettingsError) as refused:
+        check_files(Settings(pricing_file=pricing, upstreams_file=str(upstreams)))
+    assert refused.value.name == "PRICING_FILE"
+    assert "bedrock-ue" in refused.value.problem and "bedrock-eu" in refused.value.problem
+    fixed = _write(tmp_path, {"families": {"m": _ROW}, "upstreams": {"bedrock-eu": {"m": _DEAR}}})
+    check_files(Settings(pricing_file=fixed, upstreams_file=str(upstreams)))

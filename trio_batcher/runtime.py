@@ -66,9 +66,10 @@ def check_files(settings: Settings) -> None:
         the file's problem (for an upstreams file, also an anthropic upstream whose key
         variable is unset, and a kind whose pip extra is missing).
     """
+    pricing = None
     if settings.pricing_file is not None:
         try:
-            load_pricing(settings.pricing_file)
+            pricing = load_pricing(settings.pricing_file)
         except ValueError as exc:
             raise SettingsError("PRICING_FILE", str(exc)) from None
     if settings.tenants_file is not None:
@@ -76,12 +77,22 @@ def check_files(settings: Settings) -> None:
             read_tenants_file(settings.tenants_file)
         except TenantsFileError as exc:
             raise SettingsError("TENANTS_FILE", str(exc)) from None
-    if settings.upstreams_file is not None:
-        try:
-            specs = read_upstreams_file(settings.upstreams_file)
+    try:
+        specs = upstreams_in_force(settings)
+        if settings.upstreams_file is not None:
             check_credentials(specs, str(settings.upstreams_file))
-        except UpstreamsFileError as exc:
-            raise SettingsError("UPSTREAMS_FILE", str(exc)) from None
+    except UpstreamsFileError as exc:
+        raise SettingsError("UPSTREAMS_FILE", str(exc)) from None
+    if pricing is not None:
+        # Prices for an upstream the gateway does not have would never be used: a typo.
+        names = {spec.name for spec in specs}
+        unknown = sorted(set(pricing.upstreams) - names)
+        if unknown:
+            raise SettingsError(
+                "PRICING_FILE",
+                f"prices for upstreams this gateway does not have: {', '.join(unknown)} "
+                f"(its upstreams: {', '.join(sorted(names))})",
+            )
 
 
 def effective_settings(settings: Settings) -> Settings:
