@@ -21,6 +21,7 @@ from support import SIM_KEY, Sim, running_proxy, running_simulator
 from test_fleet_live import upstreams_toml
 
 from trio_batcher.settings import Settings
+from trio_batcher.simulator import SimulatorConfig
 
 
 @pytest.fixture
@@ -95,3 +96,51 @@ async def test_a_conversation_continued_on_another_instance_keeps_its_upstream(
     if shared:
         assert metrics["cluster"]["affinity"]["recalled"] == 1
         assert metrics["routing"]["affinity"]["kept"] == 1
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "no-redis"])
+async def test_an_upstream_overloaded_on_one_instance_is_left_alone_by_the_other(
+    redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    """up0 answers 529 with ``retry-after: 30``. Instance a learns it by one failed
+    attempt (and fails over); with Redis, instance b adopts that upstream's cooldown and
+    sends its requests straight to up1: up0 sees exactly one request. Without Redis, b
+    pays a failed attempt of its own."""
+    for i in range(2):
+        monkeypatch.setenv(f"FLEET_KEY_{i}", SIM_KEY)
+    storm = SimulatorConfig(rate_529=1.0, retry_after_s=30)
+    async with running_simulator(storm) as up0, running_simulator() as up1:
+        path = tmp_path / "upstreams.toml"
+        path.write_text(upstreams_toml([up0, up1]))
+        settings = Settings(
+            upstreams_file=str(path),
+            data_dir=str(tmp_path / "data"),
+            batch_enabled=True,
+            batch_max_concurrency=8,
+            batch_max_wait_ms=1,
+            redis_url=redis.url if shared else None,
+            redis_key_prefix=unique_prefix(),
+            redis_timeout_s=2.0,
+            metrics_enabled=True,
+        )
+        async with (
+            running_proxy(settings) as a,
+            running_proxy(settings) as b,
+            httpx2.AsyncClient(timeout=30) as http,
+        ):
+            await _send(http, a, _turn("first, on a"))  # up0 fails, up1 serves
+            if shared:
+                with trio.fail_after(5):
+                    while not await _adopted(http, b):  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+            for n in range(3):
+                await _send(http, b, _turn(f"then on b {n}"))
+        tried_up0 = len(await up0.received())
+        served_up1 = len(await up1.received())
+    assert tried_up0 == (1 if shared else 2)
+    assert served_up1 == 4
+
+
+async def _adopted(http: httpx2.AsyncClient, url: str) -> int:
+    cluster = (await http.get(f"{url}/metrics")).json()["cluster"]
+    return int(cluster["upstream_cooldowns"]["adopted"])

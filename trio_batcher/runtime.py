@@ -152,10 +152,15 @@ class Runtime:
         )
         # With REDIS_URL, the cap (the windows' limiter) is global: every instance's jobs
         # take a lease of it, and cooldowns reach every instance. It needs the cap.
+        stewards = self._stewards()
         self.shared: SharedState | None = None
         if settings.redis_url is not None and limiter is not None:
-            self.shared = SharedState(settings, self.resilience, settings.batch_max_concurrency)
-        self.fleet = self._fleet()
+            # Each upstream of UPSTREAMS_FILE shares its own cooldowns too.
+            own = [(s.name, s.resilience) for s in stewards if s.resilience is not self.resilience]
+            self.shared = SharedState(
+                settings, self.resilience, settings.batch_max_concurrency, upstreams=own
+            )
+        self.fleet = self._fleet(stewards)
         self.models = ModelCatalogue(
             self.upstream.list_models if settings.upstreams_file is None else self.fleet.list_models
         )
@@ -198,15 +203,16 @@ class Runtime:
         self.draining = False
         self.drained = trio.Event()
 
-    def _fleet(self) -> Fleet:
+    def _stewards(self) -> list[Steward]:
         """The upstreams requests are routed among: ``UPSTREAMS_FILE``'s, each with its own
         client and resilience, or the one upstream ``ANTHROPIC_BASE_URL`` names, served by
         the runtime's own client and resilience exactly as before there was a fleet."""
         specs = upstreams_in_force(self.settings)
         if self.settings.upstreams_file is None:
-            stewards = [Steward(specs[0], self.upstream, self.resilience)]
-        else:
-            stewards = [build_steward(spec, i, self.settings) for i, spec in enumerate(specs)]
+            return [Steward(specs[0], self.upstream, self.resilience)]
+        return [build_steward(spec, i, self.settings) for i, spec in enumerate(specs)]
+
+    def _fleet(self, stewards: list[Steward]) -> Fleet:
         router = Router(AffinityTable(trio.current_time))
         if self.metrics is not None:
             names = tuple(steward.name for steward in stewards)

@@ -21,6 +21,7 @@ others learn of the upstream's limit from their own next reply.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Final, final
 
 import trio
@@ -36,6 +37,7 @@ from .cooldowns import SharedCooldowns
 from .fallback import FallbackState, Mode
 from .instances import InstanceRegistry, new_instance_id
 from .leases import LeaseSemaphore
+from .upstream_cooldowns import UpstreamCooldowns
 from .upstream_slots import ClusterSlots
 
 __all__ = ["SharedState"]
@@ -52,7 +54,13 @@ Cooldown = tuple[str | None, float, str]
 class SharedState:
     """Shared slots, cooldowns and instance count for one instance (see the module doc)."""
 
-    def __init__(self, settings: Settings, resilience: Resilience, cap: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        resilience: Resilience,
+        cap: int,
+        upstreams: Sequence[tuple[str, Resilience]] = (),
+    ) -> None:
         assert settings.redis_url is not None
         self.instance_id = new_instance_id()
         self._config = ClusterConfig(
@@ -78,6 +86,10 @@ class SharedState:
         self._requests_to_count = 0
         # The cluster's cache-affinity table, while ``run()`` runs (``upstreams.fleet``).
         self.affinity: SharedAffinity | None = None
+        # Each upstream's own resilience, whose cooldowns are shared while ``run()`` runs
+        # (with ``UPSTREAMS_FILE``; ``upstream_cooldowns``).
+        self._upstreams = tuple(upstreams)
+        self._upstream_cooldowns: UpstreamCooldowns | None = None
 
     @property
     def link(self) -> RedisLink | None:
@@ -158,6 +170,10 @@ class SharedState:
                     affinity = SharedAffinity(link, ttl_s=AFFINITY_TTL_S)
                     await nursery.start(affinity.run)
                     self.affinity = affinity
+                    if self._upstreams:
+                        per_upstream = UpstreamCooldowns(link, self._upstreams)
+                        await nursery.start(per_upstream.run)
+                        self._upstream_cooldowns = per_upstream
                     nursery.start_soon(self._count_requests_periodically)
                     nursery.start_soon(self._rejoin_after_outages)
                     task_status.started()
@@ -260,4 +276,9 @@ class SharedState:
             ),
             "redis": self._link.round_trips() if self._link is not None else None,
             "affinity": self.affinity.statistics() if self.affinity is not None else None,
+            "upstream_cooldowns": (
+                self._upstream_cooldowns.statistics()
+                if self._upstream_cooldowns is not None
+                else None
+            ),
         }
