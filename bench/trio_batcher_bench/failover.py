@@ -149,15 +149,17 @@ async def _converse(
                 return
             history.append({"role": "user", "content": f"Question {index} of {conversation}?"})
             sent = trio.current_time()
+            reply: dict[str, Any] = {}
             tally.sent += 1
             tally.in_flight += 1
             try:
                 response = await http.post(url, json=_body(conversation, history), headers=headers)
             except httpx2.TransportError:
-                status, reply = 0, {}
+                status = 0
             else:
                 status = response.status_code
-                reply = response.json() if status == 200 else {}
+                if status == 200:
+                    reply = response.json()
             finally:
                 tally.in_flight -= 1
             done = trio.current_time()
