@@ -1,7 +1,7 @@
 """The scenarios ``trio-batcher bench`` can run: their names, titles, and what each does.
 
 Each scenario is a module of its own (``overhead``, ``streaming``, ``burst``,
-``overload``, ``disconnect``, ``peers``, ``ratelimit``, ``cluster``, ``tenants``, ``batch-memory``,
+``overload``, ``disconnect``, ``peers``, ``ratelimit``, ``failover``, ``cluster``, ``tenants``, ``batch-memory``,
 ``soak``). Each
 starts its own simulator and proxies (``processes.running_stack``), so one scenario's settings and
 counters never leak into another, and runs its phases through ``Bench.measure`` (the
@@ -22,6 +22,7 @@ from .batch_memory import run_batch_memory
 from .burst import run_burst
 from .cluster import run_cluster
 from .disconnect import run_disconnect
+from .failover import run_failover
 from .harness import Bench
 from .overhead import run_overhead
 from .overload import run_overload
@@ -127,6 +128,20 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "upstream's 429s, retry amplification (simulator requests per client request) "
             "and the proxy's retries and cooldowns.",
             run_ratelimit,
+        ),
+        Scenario(
+            "failover",
+            "Failover: one of two upstreams goes from healthy to a 529 storm and back",
+            "Two simulators (100 ms replies) are the two upstreams of one gateway "
+            "(UPSTREAMS_FILE, weight 1 each). 16 clients (--concurrency) hold conversations of "
+            "4 turns over /v1/messages, each with a ~2,000-token system prompt of its own "
+            "marked cache_control, a new conversation when one ends. For the middle third of "
+            "the run (24 s; --quick 6; --duration S) upstream 0 answers every request 529 "
+            "(POST /_sim/overload), then is healthy again (DELETE). Run twice on fresh stacks: "
+            "cache affinity on, then UPSTREAM_AFFINITY=0. Side by side: client errors, p50/p95 "
+            "per third and what the storm added, the cache-read ratio of the replies, the "
+            "gateway's failovers and affinity kept/moved.",
+            run_failover,
         ),
         Scenario(
             "cluster",
