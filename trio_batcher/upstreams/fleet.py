@@ -274,16 +274,17 @@ class Fleet:
                 if last is None:
                     await self._wait_for_any(route, states, model, deadline, only)
                 else:
-                    retry_at = await self._retry_at(last, retries, deadline)
-                    await trio.sleep_until(retry_at)
+                    await trio.sleep_until(self._retry_at(last, retries, deadline))
                     tried.clear()
                 continue
             steward = self._by_name[attempt.upstream]
             if last is not None:
                 exc, failure, failed_at = last
-                if not await steward.resilience.allow_failover(failure, retries, deadline):
+                # ``retries`` attempts have failed: this one is retry number ``retries``.
+                if not await steward.resilience.allow_failover(failure, retries - 1, deadline):
                     raise exc
-                self.events.record_failover(failed_at, steward.name, failure.signal)
+                if steward.name != failed_at:  # not a retry of the same one after backoff
+                    self.events.record_failover(failed_at, steward.name, failure.signal)
             elif retries == 0:
                 self._first_choice(attempt, states, affine)
             mapped = steward.request_for(request, attempt.model_id)
@@ -332,20 +333,18 @@ class Fleet:
         self.router.served(conversation, found)
         return found
 
-    async def _retry_at(
+    def _retry_at(
         self, last: tuple[ProxyError, Failure, str], retries: int, deadline: float
     ) -> float:
         """Every eligible upstream failed once: when the next round may start (the retry
-        policy's backoff, or the ``retry-after``), or the last error if none may."""
+        policy's backoff, or the ``retry-after``), or the last error if the policy or the
+        deadline says none may. The retry budget is asked where the next attempt lands."""
         exc, failure, failed_at = last
         resilience = self._by_name[failed_at].resilience
         delay = retry_delay(failure, retries - 1, resilience.config, random.random)
-        if delay is None:
+        if delay is None or trio.current_time() + delay >= deadline:
             raise exc
-        retry_at = trio.current_time() + delay
-        if retry_at >= deadline or not await resilience.allow_failover(failure, retries, deadline):
-            raise exc
-        return retry_at
+        return trio.current_time() + delay
 
     async def _wait_for_any(
         self,
