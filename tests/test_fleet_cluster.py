@@ -144,3 +144,53 @@ async def test_an_upstream_overloaded_on_one_instance_is_left_alone_by_the_other
 async def _adopted(http: httpx2.AsyncClient, url: str) -> int:
     cluster = (await http.get(f"{url}/metrics")).json()["cluster"]
     return int(cluster["upstream_cooldowns"]["adopted"])
+
+
+async def test_each_upstreams_cap_holds_across_instances(
+    redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Caps 2 and 3, two instances, 20 concurrent slow calls split between them: never
+    more than 2 and 3 calls in flight at the two upstreams (each instance alone would
+    allow its full cap), and both used."""
+    for i in range(2):
+        monkeypatch.setenv(f"FLEET_KEY_{i}", SIM_KEY)
+    slow = SimulatorConfig(ttft_ms=200)
+    async with running_simulator(slow) as up0, running_simulator(slow) as up1:
+        path = tmp_path / "upstreams.toml"
+        path.write_text(upstreams_toml([up0, up1], max_concurrency=[2, 3]))
+        settings = Settings(
+            upstreams_file=str(path),
+            data_dir=str(tmp_path / "data"),
+            batch_enabled=True,
+            batch_max_concurrency=64,
+            batch_max_wait_ms=1,
+            redis_url=redis.url,
+            redis_key_prefix=unique_prefix(),
+            redis_timeout_s=2.0,
+            metrics_enabled=True,
+        )
+        async with (
+            running_proxy(settings) as a,
+            running_proxy(settings) as b,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            statuses: list[int] = []
+
+            async def one(n: int) -> None:
+                url = (a, b)[n % 2]
+                reply = await http.post(
+                    f"{url}/v1/messages",
+                    json=_turn(f"slow call {n}"),
+                    headers={"anthropic-version": "2023-06-01"},
+                )
+                statuses.append(reply.status_code)
+
+            async with trio.open_nursery() as nursery:
+                for n in range(20):
+                    nursery.start_soon(one, n)
+            cluster = (await http.get(f"{a}/metrics")).json()["cluster"]
+        stats = [await up0.stats(), await up1.stats()]
+    assert statuses == [200] * 20
+    assert stats[0]["max_in_flight"] <= 2 and stats[1]["max_in_flight"] <= 3
+    assert all(s["by_status"]["200"] > 0 for s in stats)
+    assert set(cluster["upstream_slots"]) == {"up0", "up1"}

@@ -14,6 +14,7 @@ The files the settings name are read here too, not by ``Settings`` (which stays 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, final
 
 import trio
@@ -156,10 +157,16 @@ class Runtime:
         self.shared: SharedState | None = None
         if settings.redis_url is not None and limiter is not None:
             # Each upstream of UPSTREAMS_FILE shares its own cooldowns too.
-            own = [(s.name, s.resilience) for s in stewards if s.resilience is not self.resilience]
-            self.shared = SharedState(
+            own = [
+                (s.name, s.resilience, s.spec.max_concurrency)
+                for s in stewards
+                if s.resilience is not self.resilience
+            ]
+            self.shared = shared = SharedState(
                 settings, self.resilience, settings.batch_max_concurrency, upstreams=own
             )
+            for steward in stewards:
+                steward.shared = partial(shared.upstream_slots.get, steward.name)
         self.fleet = self._fleet(stewards)
         self.models = ModelCatalogue(
             self.upstream.list_models if settings.upstreams_file is None else self.fleet.list_models

@@ -59,7 +59,7 @@ class SharedState:
         settings: Settings,
         resilience: Resilience,
         cap: int,
-        upstreams: Sequence[tuple[str, Resilience]] = (),
+        upstreams: Sequence[tuple[str, Resilience, int | None]] = (),
     ) -> None:
         assert settings.redis_url is not None
         self.instance_id = new_instance_id()
@@ -86,10 +86,13 @@ class SharedState:
         self._requests_to_count = 0
         # The cluster's cache-affinity table, while ``run()`` runs (``upstreams.fleet``).
         self.affinity: SharedAffinity | None = None
-        # Each upstream's own resilience, whose cooldowns are shared while ``run()`` runs
-        # (with ``UPSTREAMS_FILE``; ``upstream_cooldowns``).
+        # Each upstream's own resilience and cap (with ``UPSTREAMS_FILE``): its overload
+        # cooldowns are shared while ``run()`` runs (``upstream_cooldowns``), and its cap,
+        # when it has one, is a lease semaphore of its own, like the gateway's.
         self._upstreams = tuple(upstreams)
         self._upstream_cooldowns: UpstreamCooldowns | None = None
+        self.upstream_slots: dict[str, ClusterSlots] = {}
+        self._upstream_leases: dict[str, LeaseSemaphore] = {}
 
     @property
     def link(self) -> RedisLink | None:
@@ -171,12 +174,48 @@ class SharedState:
                     await nursery.start(affinity.run)
                     self.affinity = affinity
                     if self._upstreams:
-                        per_upstream = UpstreamCooldowns(link, self._upstreams)
+                        own = [(name, resilience) for name, resilience, _ in self._upstreams]
+                        per_upstream = UpstreamCooldowns(link, own)
                         await nursery.start(per_upstream.run)
                         self._upstream_cooldowns = per_upstream
+                    for name, resilience, cap in self._upstreams:
+                        if cap is not None:
+                            await self._share_cap(nursery, link, registry, name, resilience, cap)
                     nursery.start_soon(self._count_requests_periodically)
                     nursery.start_soon(self._rejoin_after_outages)
                     task_status.started()
+
+    async def _share_cap(
+        self,
+        nursery: trio.Nursery,
+        link: RedisLink,
+        registry: InstanceRegistry,
+        name: str,
+        resilience: Resilience,
+        cap: int,
+    ) -> None:
+        """One upstream's ``max_concurrency`` across the cluster: a lease semaphore of its
+        own (``upstream:<name>``) behind the same fallback as the gateway's cap."""
+        semaphore = LeaseSemaphore(
+            link,
+            f"upstream:{name}",
+            cap,
+            ttl_s=self._ttl_s,
+            instance_id=self.instance_id,
+            instances_key=registry.key,
+        )
+        semaphore.on_reply = lambda _capacity, _epoch, alive: registry.observe(alive)
+        self.upstream_slots[name] = ClusterSlots(
+            semaphore,
+            self.fallback,
+            registry,
+            resilience,
+            fail_closed=self._fail_closed,
+            rejoin_s=2 * self.fallback.probe_interval_s + self._config.command_timeout_s,
+            settle_max_s=self._request_timeout_s,
+        )
+        self._upstream_leases[name] = semaphore
+        await nursery.start(semaphore.run)
 
     async def _rejoin_after_outages(self) -> None:
         """After every return to shared, put the calls admitted locally into Redis."""
@@ -184,10 +223,12 @@ class SharedState:
         while True:
             await self.fallback.wait_mode(Mode.FALLBACK)
             await self.fallback.wait_mode(Mode.SHARED)
-            try:
-                await self._slots.rejoin()
-            except ClusterUnavailable as exc:
-                self.fallback.report_failure(exc)
+            for slots in (self._slots, *self.upstream_slots.values()):
+                try:
+                    await slots.rejoin()
+                except ClusterUnavailable as exc:
+                    self.fallback.report_failure(exc)
+                    break
 
     def _observe(self, capacity: int, epoch: int, alive: int) -> None:
         """Every acquire reply: the instances alive, and the cluster's limit and epoch."""
@@ -276,6 +317,17 @@ class SharedState:
             ),
             "redis": self._link.round_trips() if self._link is not None else None,
             "affinity": self.affinity.statistics() if self.affinity is not None else None,
+            "upstream_slots": {
+                name: {
+                    "cap": leases.capacity,
+                    "in_flight_seen": leases.in_flight_seen,
+                    "held_here": leases.held + self.upstream_slots[name].held_locally,
+                    "waiting_here": leases.waiting,
+                    "leases_lost": leases.leases_lost,
+                }
+                for name, semaphore in self._upstream_leases.items()
+                for leases in (semaphore.statistics(),)
+            },
             "upstream_cooldowns": (
                 self._upstream_cooldowns.statistics()
                 if self._upstream_cooldowns is not None

@@ -236,7 +236,7 @@ class Fleet:
                 raise _not_served(request.model, self.stewards, only)
             mapped = steward.request_for(request, model_id)
             del request
-            async with steward.slot():
+            async with steward.slot(model_id):
                 value = await steward.resilience.call(
                     partial(op, steward.caller, mapped),
                     deadline=deadline,
@@ -288,7 +288,7 @@ class Fleet:
             elif retries == 0:
                 self._first_choice(attempt, states, affine)
             mapped = steward.request_for(request, attempt.model_id)
-            async with steward.slot():
+            async with steward.slot(attempt.model_id):
                 try:
                     value = await steward.resilience.attempt(
                         partial(op, steward.caller, mapped),

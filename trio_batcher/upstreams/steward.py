@@ -24,6 +24,7 @@ from typing import Final, final
 
 import trio
 
+from ..admission.shared_slots import SharedSlots
 from ..json_text import strict_loads
 from ..upstream.caller import MessagesCaller
 from ..upstream.request import UpstreamRequest, encode_body
@@ -74,6 +75,9 @@ class Steward:
             limiter = trio.CapacityLimiter(spec.max_concurrency)
         self.limiter = limiter
         self._clock = clock
+        # Its cap's slots shared with the other instances (Redis), while there are some:
+        # set by the cluster's owner (``runtime``); none by default.
+        self.shared: Callable[[], SharedSlots | None] = lambda: None
         self._in_flight = 0
         self._strikes = 0
         self._unhealthy_until = -float("inf")
@@ -139,17 +143,33 @@ class Steward:
         return replace(request, body=outline, model=model_id, content=encode_body(parsed))
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one of this upstream's slots (waits while it is full); counted in flight."""
+    async def slot(self, model_id: str | None = None) -> AsyncIterator[None]:
+        """Hold one of this upstream's slots (waits while it is full); counted in flight.
+
+        With shared slots (several instances, one Redis) the local token comes first (it
+        bounds what this process asks for), then one of the cap's slots across the
+        cluster, as the gateway's own cap is taken (``admission.shared_slots``); both are
+        given back when the block ends, the shared one first (another instance may be
+        waiting for it), shielded from cancellation.
+        """
         limiter = self.limiter
         token = object()
         if limiter is not None:
             await limiter.acquire_on_behalf_of(token)
-        self._in_flight += 1
+        shared = self.shared() if limiter is not None else None
+        holder = shared.new_holder() if shared is not None else None
         try:
-            yield
+            if shared is not None and holder is not None:
+                await shared.acquire(holder, model_id)
+            self._in_flight += 1
+            try:
+                yield
+            finally:
+                self._in_flight -= 1
         finally:
-            self._in_flight -= 1
+            if shared is not None and holder is not None:
+                with trio.CancelScope(shield=True):
+                    await shared.release(holder)  # idempotent: also after a half-done acquire
             if limiter is not None:
                 limiter.release_on_behalf_of(token)
 
