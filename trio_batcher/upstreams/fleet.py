@@ -237,12 +237,16 @@ class Fleet:
             mapped = steward.request_for(request, model_id)
             del request
             async with steward.slot(model_id):
-                value = await steward.resilience.call(
-                    partial(op, steward.caller, mapped),
-                    deadline=deadline,
-                    headers_of=headers_of,
-                    model=model_id,
-                )
+                try:
+                    value = await steward.resilience.call(
+                        partial(op, steward.caller, mapped),
+                        deadline=deadline,
+                        headers_of=headers_of,
+                        model=model_id,
+                    )
+                except ProxyError as exc:
+                    exc.upstream = steward.name  # the observatory counts it there
+                    raise
                 del mapped
                 yield Served(value, steward.name)
             return
