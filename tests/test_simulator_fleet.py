@@ -144,13 +144,28 @@ def adopt_only(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
 
 def test_on_demand_overload_runs_for_its_time_and_stops_early() -> None:
     demand = OverloadOnDemand()
-    assert demand.snapshot(0.0) == {"active": False, "remaining_s": 0.0, "status": 529}
+    assert demand.snapshot(0.0) == {
+        "active": False,
+        "remaining_s": 0.0,
+        "status": 529,
+        "retry_after": True,
+    }
     demand.start(100.0, 2.5, 503)
     assert demand.remaining(101.0) == 1.5 and demand.retry_after(101.0) == 2
     assert demand.retry_after(102.4) == 1
-    assert demand.snapshot(101.0) == {"active": True, "remaining_s": 1.5, "status": 503}
+    assert demand.snapshot(101.0) == {
+        "active": True,
+        "remaining_s": 1.5,
+        "status": 503,
+        "retry_after": True,
+    }
     assert demand.remaining(102.5) is None
-    assert demand.snapshot(103.0) == {"active": False, "remaining_s": 0.0, "status": 503}
+    assert demand.snapshot(103.0) == {
+        "active": False,
+        "remaining_s": 0.0,
+        "status": 503,
+        "retry_after": True,
+    }
     demand.start(200.0, 60.0)
     demand.start(210.0, 5.0, 429)  # a new overload replaces the running one
     assert (demand.remaining(214.0), demand.status) == (1.0, 429)
@@ -168,18 +183,23 @@ async def test_on_demand_overload_ends_after_for_s_on_trio_s_clock(
     async with app.test_app() as test_app:
         client = test_app.test_client()
         started = await client.post("/_sim/overload", json={"for_s": 10})
-        assert await started.get_json() == {"active": True, "remaining_s": 10.0, "status": 529}
+        assert await started.get_json() == {
+            "active": True,
+            "remaining_s": 10.0,
+            "status": 529,
+            "retry_after": True,
+        }
         first = await client.post("/v1/messages", json=ASK, headers=HEADERS)
         assert (first.status_code, first.headers["retry-after"]) == (529, "10")
         await trio.sleep(9.5)
         late = await client.post("/v1/messages", json=ASK, headers=HEADERS)
         assert (late.status_code, late.headers["retry-after"]) == (529, "1")
         state = await (await client.get("/_sim/overload")).get_json()
-        assert state == {"active": True, "remaining_s": 0.5, "status": 529}
+        assert state == {"active": True, "remaining_s": 0.5, "status": 529, "retry_after": True}
         await trio.sleep(0.5)
         assert (await client.post("/v1/messages", json=ASK, headers=HEADERS)).status_code == 200
         ended = await (await client.get("/_sim/overload")).get_json()
-        assert ended == {"active": False, "remaining_s": 0.0, "status": 529}
+        assert ended == {"active": False, "remaining_s": 0.0, "status": 529, "retry_after": True}
         stats = await (await client.get("/_sim/stats")).get_json()
         assert stats["by_status"] == {"200": 1, "529": 2}
         assert [t["fault"] for t in stats["recent"]] == ["overload", "overload", None]
@@ -196,13 +216,54 @@ async def test_delete_ends_the_overload_and_reset_does_too(autojump_clock: trio.
         assert (await refused.get_json())["error"]["type"] == "rate_limit_error"
         assert refused.headers["retry-after"] == "600"
         ended = await client.delete("/_sim/overload")
-        assert await ended.get_json() == {"active": False, "remaining_s": 0.0, "status": 429}
+        assert await ended.get_json() == {
+            "active": False,
+            "remaining_s": 0.0,
+            "status": 429,
+            "retry_after": True,
+        }
         assert (await client.post("/v1/messages", json=ASK, headers=HEADERS)).status_code == 200
         await client.post("/_sim/overload", json={"for_s": 600, "status": 500})
         failed = await client.post("/v1/messages", json=ASK, headers=HEADERS)
         assert failed.status_code == 500 and "retry-after" not in failed.headers
         await client.post("/_sim/reset")
         assert (await client.post("/v1/messages", json=ASK, headers=HEADERS)).status_code == 200
+
+
+async def test_an_overload_without_retry_after_refuses_without_one_and_says_so(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Anthropic's own 529s usually say nothing about when to come back; a gateway must then
+    rely on its own back-off, and a bench must be able to reproduce that storm."""
+    app = create_simulator_app(SimulatorConfig())
+    async with app.test_app() as test_app:
+        client = test_app.test_client()
+        started = await client.post("/_sim/overload", json={"for_s": 10, "retry_after": False})
+        assert await started.get_json() == {
+            "active": True,
+            "remaining_s": 10.0,
+            "status": 529,
+            "retry_after": False,
+        }
+        refused = await client.post("/v1/messages", json=ASK, headers=HEADERS)
+        assert refused.status_code == 529 and "retry-after" not in refused.headers
+        assert (await refused.get_json())["error"]["type"] == "overloaded_error"
+        await client.post("/_sim/overload", json={"for_s": 10, "status": 429, "retry_after": False})
+        limited = await client.post("/v1/messages", json=ASK, headers=HEADERS)
+        assert limited.status_code == 429 and "retry-after" not in limited.headers
+        state = await (await client.get("/_sim/overload")).get_json()
+        assert (state["status"], state["retry_after"]) == (429, False)
+        await trio.sleep(10)
+        ended = await (await client.get("/_sim/overload")).get_json()
+        assert ended == {"active": False, "remaining_s": 0.0, "status": 429, "retry_after": False}
+        assert (await client.post("/v1/messages", json=ASK, headers=HEADERS)).status_code == 200
+        stats = await (await client.get("/_sim/stats")).get_json()
+        assert [t["fault"] for t in stats["recent"]] == ["overload", "overload", None]
+        assert [t["retry_after"] for t in stats["recent"]] == [None, None, None]
+        # The default comes back with the next overload that does not say otherwise.
+        await client.post("/_sim/overload", json={"for_s": 5})
+        again = await client.post("/v1/messages", json=ASK, headers=HEADERS)
+        assert (again.status_code, again.headers["retry-after"]) == (529, "5")
 
 
 @pytest.mark.parametrize(
@@ -215,6 +276,9 @@ async def test_delete_ends_the_overload_and_reset_does_too(autojump_clock: trio.
         ({"for_s": True}, "for_s"),
         ({"for_s": 5, "status": 404}, "status"),
         ({"for_s": 5, "status": "529"}, "status"),
+        ({"for_s": 5, "retry_after": "no"}, "retry_after"),
+        ({"for_s": 5, "retry_after": 0}, "retry_after"),
+        ({"for_s": 5, "retry_after": None}, "retry_after"),
         ({"for_s": 5, "until": 9}, "until"),
         ([5], "body"),
     ],
@@ -249,7 +313,7 @@ async def test_each_simulator_of_a_fleet_is_overloaded_alone() -> None:
         async with httpx2.AsyncClient() as http:
             other = (await http.get(second.overload_url)).json()
             counted = (await http.get(f"{first.root}/_sim/stats")).json()
-        assert other == {"active": False, "remaining_s": 0.0, "status": 529}
+        assert other == {"active": False, "remaining_s": 0.0, "status": 529, "retry_after": True}
         assert counted["by_status"] == {"529": 1}
         assert (await end_overload(first))["active"] is False
         assert (await ask_anthropic(first)).status_code == 200
@@ -464,6 +528,17 @@ async def test_overload_on_demand_speaks_each_cloud_s_wire(
             assert response.status_code == 529
             assert response.json()["error"]["type"] == "overloaded_error"
             assert response.headers["retry-after"] == "60"
+            await overload(vertex_upstream, for_s=60, retry_after=False)
+            with pytest.raises(anthropic.APIStatusError) as silent:
+                await in_thread(ask_vertex)
+            assert silent.value.response.status_code == 529
+            assert silent.value.response.json()["error"]["type"] == "overloaded_error"
+            assert "retry-after" not in silent.value.response.headers
+            await overload(bedrock_upstream, for_s=60, retry_after=False)
+            with pytest.raises(anthropic.APIStatusError) as still_bedrock:
+                await in_thread(ask_bedrock)
+            assert still_bedrock.value.response.status_code == 503
+            assert "retry-after" not in still_bedrock.value.response.headers
             await overload(vertex_upstream, for_s=60, status=503)
             with pytest.raises(anthropic.APIStatusError) as unavailable:
                 await in_thread(ask_vertex)

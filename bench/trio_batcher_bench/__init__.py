@@ -151,6 +151,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "proxy with direct and the floor only",
     )
     parser.add_argument(
+        "--storm-retry-after",
+        choices=["yes", "no", "both"],
+        default="both",
+        help="failover: whether the storm's 529s carry retry-after (yes), carry none as "
+        "Anthropic's usually do (no), or one run of each (both, the default)",
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="plain progress lines even on a terminal"
     )
     parser.add_argument(
@@ -186,6 +193,8 @@ def _command(args: argparse.Namespace) -> str:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if args.litellm:
         parts += ["--litellm", args.litellm]
+    if args.storm_retry_after != "both":
+        parts += ["--storm-retry-after", args.storm_retry_after]
     if args.out != DEFAULT_OUT:
         parts += ["--out", args.out]
     return shlex.join(parts)
@@ -310,6 +319,7 @@ def run_bench(args: argparse.Namespace) -> int:
         log_dir=Path(args.logs) if args.logs else out.parent / "logs",
         profile_dir=Path(args.profile) if args.profile else None,
         litellm=Path(args.litellm) if args.litellm else None,
+        storm_retry_after=args.storm_retry_after,
     )
     machine = _machine()
     created = datetime.now(UTC).isoformat(timespec="seconds")

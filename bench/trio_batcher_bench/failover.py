@@ -20,7 +20,15 @@ byte, so the clients should see no error; what the storm costs them is latency (
 round trip and whatever the gateway waits before moving on), reported per third by each
 request's send time.
 
-The same run is made twice, each on a fresh stack (fresh simulators: empty caches):
+The storm comes two ways (``STORMS``). With ``retry-after`` (the simulator's default: the
+rest of the window) the gateway puts upstream 0 in cooldown at the first 529 and sends it
+nothing more. Without (``"retry_after": false``), as Anthropic's own 529s usually arrive, it
+has only upstream 0's *health* to go by (``trio_batcher/upstreams/steward.py``: unhealthy
+for 1 s after a failure, doubling per failure in a row): it tries upstream 0 again each
+time that lapses, so the 529s upstream 0 answers should come at gaps of about 1, 2, 4 s...
+-- their times (``storm_529_at_s``, from the simulator's traces) show it.
+
+Each storm is run twice, each on a fresh stack (fresh simulators: empty caches):
 affinity on (the default) and ``UPSTREAM_AFFINITY=0``. The per-turn numbers come from the
 clients (status, latency, the reply's ``usage``); the gateway's ``/metrics`` adds its
 ``routing`` block (failovers, spills, affinity kept/moved) and ``by_upstream``; the
@@ -59,7 +67,16 @@ from .processes import (
 from .results import Check, ScenarioResult
 from .stats import summary_ms
 
-__all__ = ["VARIANTS", "Turn", "run_failover", "side_by_side", "variant_summary"]
+__all__ = [
+    "STORMS",
+    "VARIANTS",
+    "Turn",
+    "run_failover",
+    "run_names",
+    "side_by_side",
+    "storm_529_times",
+    "variant_summary",
+]
 
 CLIENTS: Final = 16
 TURNS: Final = 4
@@ -77,6 +94,25 @@ VARIANTS: Final[Mapping[str, Mapping[str, str]]] = {
     "affinity-on": {"UPSTREAM_AFFINITY": "1"},
     "affinity-off": {"UPSTREAM_AFFINITY": "0"},
 }
+# The storm's 529s with ``retry-after`` (the simulator's default) or without (Anthropic's
+# usual): ``POST /_sim/overload``'s ``retry_after``.
+STORMS: Final[Mapping[str, bool]] = {"retry-after": True, "no-retry-after": False}
+# ``--storm-retry-after``: which storms to run.
+STORM_CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
+    "yes": ("retry-after",),
+    "no": ("no-retry-after",),
+    "both": ("retry-after", "no-retry-after"),
+}
+
+
+def run_names(storm_retry_after: str = "both") -> list[tuple[str, str, str]]:
+    """``(run name, storm, affinity variant)`` of every run, in the order they are made:
+    each storm with affinity on, then off."""
+    return [
+        (f"{storm}/{variant}", storm, variant)
+        for storm in STORM_CHOICES[storm_retry_after]
+        for variant in VARIANTS
+    ]
 
 
 @final
@@ -250,25 +286,48 @@ async def fleet_stack(settings: Mapping[str, str], log_dir: Path) -> AsyncIterat
                     await _stop(child)
 
 
-async def run_variant(
-    stack: FleetStack, seconds: float, tally: Tally, clients: int = CLIENTS
-) -> tuple[list[Turn], dict[str, Any], list[dict[str, Any]]]:
-    """The load for ``seconds``, upstream 0 overloaded (529) for the middle third.
+def storm_529_times(traces: Sequence[Mapping[str, Any]]) -> list[float]:
+    """When upstream 0 answered the storm's 529s: seconds after the first of them (the
+    simulator's clock, its traces' ``started_at``), in order."""
+    times = sorted(
+        float(t["started_at"])
+        for t in traces
+        if t.get("status") == 529 and t.get("fault") == "overload"
+    )
+    return [round(t - times[0], 3) for t in times] if times else []
 
-    Returns the turns, the gateway's ``/metrics`` after and the simulators' stats."""
+
+async def run_variant(
+    stack: FleetStack,
+    seconds: float,
+    tally: Tally,
+    clients: int = CLIENTS,
+    *,
+    retry_after: bool = True,
+) -> tuple[list[Turn], dict[str, Any], list[dict[str, Any]], list[float]]:
+    """The load for ``seconds``, upstream 0 overloaded (529, with ``retry-after`` or
+    without) for the middle third.
+
+    Returns the turns, the gateway's ``/metrics`` after, the simulators' stats and when
+    upstream 0 answered its 529s (``storm_529_times``)."""
     turns: list[Turn] = []
     ids = itertools.count()
     url = f"{stack.proxy.url}/v1/messages"
     storm_url = f"{stack.sims[0].url}/_sim/overload"
     started = trio.current_time()
+    storm_traces: list[dict[str, Any]] = []
 
     async def storm() -> None:
         await trio.sleep_until(started + seconds / 3)
-        # ``for_s`` is the storm's length: the simulator's 529s say ``retry-after`` = the
+        # ``for_s`` is the storm's length: with ``retry-after`` the simulator's 529s say the
         # rest of the window, which the gateway takes as upstream 0's cooldown. A longer
         # ``for_s`` ended early by the DELETE would keep upstream 0 cooling down after it.
-        await stack.json("POST", storm_url, {"for_s": seconds / 3, "status": 529})
+        body = {"for_s": seconds / 3, "status": 529, "retry_after": retry_after}
+        await stack.json("POST", storm_url, body)
         await trio.sleep_until(started + 2 * seconds / 3)
+        # The storm's traces before the healthy requests push them out (it keeps 1000).
+        stats = await stack.json("GET", f"{stack.sims[0].url}/_sim/stats")
+        storm_traces.extend(stats["recent"])
         await stack.json("DELETE", storm_url)
 
     async with trio.open_nursery() as nursery:
@@ -277,7 +336,7 @@ async def run_variant(
             nursery.start_soon(_converse, stack.http, url, ids, started, seconds, turns, tally)
     metrics = await stack.json("GET", f"{stack.proxy.url}/metrics")
     sims = [await stack.json("GET", f"{s.url}/_sim/stats?recent=0") for s in stack.sims]
-    return turns, metrics, sims
+    return turns, metrics, sims, storm_529_times(storm_traces)
 
 
 def _latency(turns: Sequence[Turn]) -> dict[str, float | None]:
@@ -290,9 +349,11 @@ def variant_summary(
     metrics: Mapping[str, Any],
     sims: Sequence[Mapping[str, Any]],
     seconds: float,
+    storm_529_at_s: Sequence[float] = (),
 ) -> dict[str, Any]:
     """One run's numbers: client errors, latency overall and per third (and what the storm
-    added to the healthy third's), cache reads, and the gateway's routing counters."""
+    added to the healthy third's), cache reads, the gateway's routing counters, and when
+    upstream 0 answered the storm's 529s."""
     errors = [t for t in turns if t.status != 200]
     by_third = {name: [t for t in turns if third_of(t.sent_s, seconds) == name] for name in THIRDS}
     latency = {name: _latency(group) for name, group in by_third.items()}
@@ -333,6 +394,7 @@ def variant_summary(
             for name, row in by_upstream.items()
         },
         "storm_529s": int(sims[0]["by_status"].get("529", 0)),
+        "storm_529_at_s": list(storm_529_at_s),
         "upstream_requests": [int(s["requests_total"]) for s in sims],
     }
 
@@ -351,7 +413,9 @@ _TABLE_ROWS: Final = (
     ("cache-read ratio", lambda s: s["cache_read_ratio"]),
     ("cache-read ratio by third", lambda s: s["cache_read_ratio_by_third"]),
     ("storm 529s answered by upstream 0", lambda s: s["storm_529s"]),
+    ("storm 529s at (s after the first)", lambda s: _times(s["storm_529_at_s"])),
     ("failovers by cause", lambda s: s["failovers_by_cause"]),
+    ("spills by cause", lambda s: s["spills_by_cause"]),
     ("affinity kept ratio", lambda s: s["affinity"].get("kept_ratio")),
     ("affinity kept / moved", lambda s: _kept_moved(s["affinity"])),
 )
@@ -365,11 +429,18 @@ def _kept_moved(affinity: Mapping[str, Any]) -> str:
     return f"{affinity.get('kept', '–')} / {affinity.get('moved', '–')}"
 
 
-def side_by_side(on: Mapping[str, Any], off: Mapping[str, Any]) -> dict[str, Any]:
-    """Both runs as one table (``{"columns", "rows"}``, as the report renders it)."""
+def _times(times: Sequence[float]) -> str:
+    """The 529s' times, at most a dozen shown (a storm without back-off has hundreds)."""
+    shown = ", ".join(f"{t:g}" for t in times[:12])
+    return shown + (f", … ({len(times)})" if len(times) > 12 else "")
+
+
+def side_by_side(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Every run as one table, a column each (``{"columns", "rows"}``, as the report
+    renders it)."""
     return {
-        "columns": ["", "affinity ON", "affinity OFF"],
-        "rows": [[label, row(on), row(off)] for label, row in _TABLE_ROWS],
+        "columns": ["", *runs],
+        "rows": [[label, *(row(run) for run in runs.values())] for label, row in _TABLE_ROWS],
     }
 
 
@@ -404,31 +475,38 @@ async def run_failover(bench: Bench, scenario: ScenarioResult) -> None:
     seconds = opts.duration if opts.duration is not None else (QUICK_S if opts.quick else FULL_S)
     clients = opts.concurrency or CLIENTS
     summaries: dict[str, dict[str, Any]] = {}
-    for name, settings in VARIANTS.items():
-        async with fleet_stack(settings, opts.log_dir / "failover" / name) as stack:
+    for name, storm, variant in run_names(opts.storm_retry_after):
+        settings = VARIANTS[variant]
+        log_dir = opts.log_dir / "failover" / storm / variant
+        async with fleet_stack(settings, log_dir) as stack:
             tally = Tally()
             label = f"{name}: {clients} conversations of {TURNS} turns, 529 storm mid-run"
             async with bench.display.phase(label, seconds, tally):
-                turns, metrics, sims = await run_variant(stack, seconds, tally, clients)
-        summary = variant_summary(turns, metrics, sims, seconds)
+                turns, metrics, sims, times = await run_variant(
+                    stack, seconds, tally, clients, retry_after=STORMS[storm]
+                )
+        summary = variant_summary(turns, metrics, sims, seconds, times)
         summary["settings"] = dict(settings)
+        summary["storm_retry_after"] = STORMS[storm]
         summaries[name] = summary
         scenario.checks += _checks(name, summary)
-    on, off = summaries["affinity-on"], summaries["affinity-off"]
-    scenario.checks.append(
-        Check(
-            "affinity keeps more cache reads than routing every request by weight",
-            (on["cache_read_ratio"] or 0) > (off["cache_read_ratio"] or 0),
-            f"> {off['cache_read_ratio']} (OFF)",
-            on["cache_read_ratio"],
-            "cache_read / (input + cache_read + cache_write) over every reply",
+    for storm in STORM_CHOICES[opts.storm_retry_after]:
+        on, off = summaries[f"{storm}/affinity-on"], summaries[f"{storm}/affinity-off"]
+        scenario.checks.append(
+            Check(
+                f"{storm}: affinity keeps more cache reads than routing every request by weight",
+                (on["cache_read_ratio"] or 0) > (off["cache_read_ratio"] or 0),
+                f"> {off['cache_read_ratio']} (OFF)",
+                on["cache_read_ratio"],
+                "cache_read / (input + cache_read + cache_write) over every reply",
+            )
         )
-    )
     scenario.summary = {
         "seconds": seconds,
         "clients": clients,
         "turns_per_conversation": TURNS,
         "storm": "529 on upstream 0 from 1/3 to 2/3 of the run",
-        "side_by_side": side_by_side(on, off),
+        "storms": {storm: STORMS[storm] for storm in STORM_CHOICES[opts.storm_retry_after]},
+        "side_by_side": side_by_side(summaries),
         "variants": summaries,
     }

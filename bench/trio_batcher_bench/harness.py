@@ -54,6 +54,7 @@ class Options:
     log_dir: Path = Path("bench-results/logs")
     profile_dir: Path | None = None
     litellm: Path | None = None  # a LiteLLM proxy executable, for the peers scenario
+    storm_retry_after: str = "both"  # failover: storms with retry-after (yes), without, both
 
     @property
     def phase_s(self) -> float:

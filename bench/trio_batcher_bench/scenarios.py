@@ -137,10 +137,12 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "4 turns over /v1/messages, each with a ~2,000-token system prompt of its own "
             "marked cache_control, a new conversation when one ends. For the middle third of "
             "the run (24 s; --quick 6; --duration S) upstream 0 answers every request 529 "
-            "(POST /_sim/overload), then is healthy again (DELETE). Run twice on fresh stacks: "
-            "cache affinity on, then UPSTREAM_AFFINITY=0. Side by side: client errors, p50/p95 "
-            "per third and what the storm added, the cache-read ratio of the replies, the "
-            "gateway's failovers and affinity kept/moved.",
+            "(POST /_sim/overload), then is healthy again (DELETE). The storm's 529s carry "
+            "retry-after in one pair of runs and none (as Anthropic's usually) in the other "
+            "(--storm-retry-after yes|no|both); each pair on fresh stacks: cache affinity on, "
+            "then UPSTREAM_AFFINITY=0. Side by side: client errors, p50/p95 per third and what "
+            "the storm added, the cache-read ratio of the replies, the 529s upstream 0 "
+            "answered and when, the gateway's failovers, spills and affinity kept/moved.",
             run_failover,
         ),
         Scenario(

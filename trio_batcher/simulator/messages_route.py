@@ -185,7 +185,8 @@ def _check_pressure(state: SimulatorState, trace: Trace, cost: int) -> None:
     demanded = state.on_demand.retry_after(now)
     if demanded is not None:
         trace.fault = "overload"
-        raise _on_demand_error(state.on_demand.status, demanded, trace)
+        retry_after = demanded if state.on_demand.send_retry_after else None
+        raise _on_demand_error(state.on_demand.status, retry_after, trace)
     if state.limits.enabled:
         refused = state.limits.admit(cost, now)
         if refused is not None:
@@ -221,12 +222,13 @@ _ON_DEMAND_MESSAGES: Final = {
 }
 
 
-def _on_demand_error(status: int, retry_after: int, trace: Trace) -> SimulatorError:
+def _on_demand_error(status: int, retry_after: int | None, trace: Trace) -> SimulatorError:
     """The refusal of an overload on demand (``POST /_sim/overload``), in Anthropic's
     terms (each cloud's route re-renders it): ``retry-after`` is when the overload ends,
-    except on a 500, which the API sends without one."""
+    except on a 500, which the API sends without one, and when ``retry_after`` is None
+    (the overload was started with ``"retry_after": false``)."""
     headers: dict[str, str] = {}
-    if status != 500:
+    if status != 500 and retry_after is not None:
         headers["retry-after"] = str(retry_after)
         trace.retry_after = retry_after
     return SimulatorError(

@@ -16,7 +16,9 @@ exactly that long finds the window over.
 ``OverloadOnDemand`` is the other kind: a test or an operator overloads one simulated
 upstream *now* (``overload_route.py``), for ``for_s`` seconds, with a status of its choice
 (529 Anthropic's overload, 429, 503, 500), to watch a gateway route around it; it can be
-ended early. Both take the time as an argument (trio's clock in the app), so they are tested
+ended early. Its refusals say when to come back (``retry-after``, as the windows' do) unless
+started with ``retry_after=False``: real 529s from Anthropic usually carry none, and a gateway
+then has only its own back-off to go by -- the case a bench must be able to reproduce. Both take the time as an argument (trio's clock in the app), so they are tested
 as data, and under ``autojump_clock`` without waiting.
 """
 
@@ -96,14 +98,19 @@ class OverloadOnDemand:
     ``status`` until it ends (``remaining`` returns None from then on) or ``stop`` ends it.
 
     Starting one while another runs replaces it: the new length counts from now.
+    ``send_retry_after`` says whether its refusals carry ``retry-after`` (see ``start``).
     """
 
     def __init__(self) -> None:
         self._until: float | None = None
         self.status = 529
+        self.send_retry_after = True
 
-    def start(self, now: float, for_s: float, status: int = 529) -> None:
-        """Overload from ``now`` for ``for_s`` seconds, answering ``status``.
+    def start(
+        self, now: float, for_s: float, status: int = 529, *, retry_after: bool = True
+    ) -> None:
+        """Overload from ``now`` for ``for_s`` seconds, answering ``status``, with a
+        ``retry-after`` of the seconds left unless ``retry_after`` is false.
 
         Raises:
           ValueError: ``for_s`` not finite and > 0, or a status not in
@@ -116,6 +123,7 @@ class OverloadOnDemand:
             raise ValueError(f"status must be one of {allowed}, not {status}")
         self._until = now + for_s
         self.status = status
+        self.send_retry_after = retry_after
 
     def stop(self) -> None:
         """End the overload now (nothing happens if none is running)."""
@@ -138,10 +146,12 @@ class OverloadOnDemand:
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """``GET /_sim/overload``'s answer: whether it runs, for how long yet, which status
-        (the last one asked for once it has ended; 529 before any)."""
+        (the last one asked for once it has ended; 529 before any), and whether its refusals
+        carry ``retry-after`` (likewise)."""
         left = self.remaining(now)
         return {
             "active": left is not None,
             "remaining_s": 0.0 if left is None else left,
             "status": self.status,
+            "retry_after": self.send_retry_after,
         }

@@ -5,12 +5,15 @@ it do so, a test or an operator overloads one simulated upstream (each simulator
 state, ``fleet.py``) at the moment of their choosing rather than on a schedule:
 
 * ``POST /_sim/overload`` with ``{"for_s": 30}`` (and optionally ``"status"``: 529, the
-  default, or 429, 503, 500) answers every Messages request -- Anthropic's
+  default, or 429, 503, 500; and ``"retry_after"``: true, the default, or false) answers
+  every Messages request -- Anthropic's
   ``/v1/messages``, Bedrock's invoke routes, Vertex's rawPredict alike, each in its own
   wire's error format (``cloud_errors.py``) -- with that status until ``for_s`` has passed;
-  a new POST replaces a running overload;
+  a new POST replaces a running overload. Its refusals carry ``retry-after`` = the seconds
+  left (Bedrock's never do, nor does a 500); with ``"retry_after": false`` none does, as
+  Anthropic's own 529s usually arrive, so a gateway has only its own back-off to go by;
 * ``DELETE /_sim/overload`` ends it now;
-* ``GET /_sim/overload``: ``{"active", "remaining_s", "status"}``.
+* ``GET /_sim/overload``: ``{"active", "remaining_s", "status", "retry_after"}``.
 
 Every answer is the state after the call, as ``GET`` gives it. A bad body is a 400 in
 Anthropic's shape naming the field. The refusals are made in ``messages_route`` (the
@@ -34,15 +37,16 @@ from .overload import ON_DEMAND_STATUSES
 from .request_io import error_response, json_response
 from .state import SimulatorState
 
-_FIELDS: Final = ("for_s", "status")
+_FIELDS: Final = ("for_s", "status", "retry_after")
 
 
-def parse_overload(raw: bytes) -> tuple[float, int]:
-    """``for_s`` and ``status`` from a ``POST /_sim/overload`` body.
+def parse_overload(raw: bytes) -> tuple[float, int, bool]:
+    """``for_s``, ``status`` and ``retry_after`` from a ``POST /_sim/overload`` body.
 
     Raises:
       SimulatorInvalidRequest: not a JSON object, an unknown field, ``for_s`` missing or
-        not a number > 0, ``status`` not one of ``ON_DEMAND_STATUSES``.
+        not a number > 0, ``status`` not one of ``ON_DEMAND_STATUSES``, ``retry_after``
+        not a boolean.
     """
     try:
         body = json.loads(raw) if raw.strip() else None
@@ -69,7 +73,12 @@ def parse_overload(raw: bytes) -> tuple[float, int]:
         raise SimulatorInvalidRequest(
             f"status: expected one of {allowed}, got {json.dumps(status)}"
         )
-    return float(for_s), int(status)
+    retry_after = body.get("retry_after", True)
+    if not isinstance(retry_after, bool):
+        raise SimulatorInvalidRequest(
+            f"retry_after: expected true or false, got {json.dumps(retry_after)}"
+        )
+    return float(for_s), int(status), retry_after
 
 
 def add_overload_routes(app: QuartTrio, state: SimulatorState) -> None:
@@ -87,10 +96,10 @@ def add_overload_routes(app: QuartTrio, state: SimulatorState) -> None:
     async def overload_start() -> Response:
         raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
         try:
-            for_s, status = parse_overload(raw)
+            for_s, status, retry_after = parse_overload(raw)
         except SimulatorError as error:
             return error_response(error)
-        state.on_demand.start(trio.current_time(), for_s, status)
+        state.on_demand.start(trio.current_time(), for_s, status, retry_after=retry_after)
         return answer()
 
     @app.delete("/_sim/overload")
