@@ -18,7 +18,7 @@ import trio.testing
 from trio_batcher.errors import ProxyError
 from trio_batcher.upstream.client import UpstreamReply
 from trio_batcher.upstream.request import UpstreamRequest
-from trio_batcher.upstream.resilience import Resilience, ResilienceConfig
+from trio_batcher.upstream.resilience import Resilience, ResilienceConfig, classify
 from trio_batcher.upstreams.affinity import AffinityTable
 from trio_batcher.upstreams.config import AnthropicAccess, BedrockAccess, UpstreamSpec
 from trio_batcher.upstreams.fleet import Fleet
@@ -210,3 +210,72 @@ async def test_a_request_needing_anthropics_api_skips_the_clouds(
     served = await fleet.call(request(), create, deadline=trio.current_time() + 60)
     assert served.upstream == "cloud"
     assert fakes[0].calls  # the plain request went to the cloud, under its own id
+
+
+def test_the_breaker_opens_once_per_incident_probes_once_and_doubles_per_failed_probe() -> None:
+    now = [0.0]
+    spec = UpstreamSpec(name="up", access=AnthropicAccess())
+    steward = Steward(spec, Fake(), Resilience(), clock=lambda: now[0])
+    storm = classify(overloaded())
+    steward.failed(storm)
+    steward.failed(storm)  # a call that was under way: the same incident
+    assert not steward.healthy and steward.unhealthy_until == 1.0
+    now[0] = 1.0
+    assert steward.healthy  # half-open: the next attempt is the probe
+    with steward.attempting():
+        assert not steward.healthy  # the others wait for the probe's verdict
+        steward.failed(storm)
+    assert steward.unhealthy_until == 1.0 + 2.0
+    pauses = []
+    for _ in range(6):
+        now[0] = steward.unhealthy_until
+        with steward.attempting():
+            steward.failed(storm)
+        pauses.append(steward.unhealthy_until - now[0])
+    assert pauses == [4.0, 8.0, 16.0, 16.0, 16.0, 16.0]
+    now[0] = steward.unhealthy_until
+    with steward.attempting():
+        steward.succeeded()
+    assert steward.healthy
+    with steward.attempting():  # closed: no probe, nothing held back
+        assert steward.healthy
+
+
+async def test_a_storm_without_retry_after_costs_one_probe_per_pause(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Steady traffic, up0 overloaded for 10 s with no retry-after: up0 sees the calls
+    already under way when it failed, then one probe after pauses of 1, 2 and 4 s (plus a
+    call's tenth of a second each), and is back after the storm at the next probe; no
+    request fails."""
+    storm_until = 10.0
+
+    class Storm(Fake):
+        async def create_message(self, request: UpstreamRequest) -> UpstreamReply:
+            self.calls.append(trio.current_time())
+            await trio.sleep(0.1)
+            if trio.current_time() <= storm_until:
+                raise overloaded()
+            now = trio.current_time()
+            return UpstreamReply({"content": [], "model": request.model}, {}, now, now, now)
+
+    fakes = [Storm(), Fake()]
+    fleet, _ = fleet_of(fakes, max_retries=2)
+
+    async def client(n: int) -> None:
+        for turn in range(300):
+            body = {"model": MODEL, "messages": [{"role": "user", "content": f"{n}/{turn}"}]}
+            await fleet.call(request(body=body), create, deadline=trio.current_time() + 60)
+
+    async with trio.open_nursery() as nursery:
+        for n in range(4):
+            nursery.start_soon(client, n)
+    calls = fakes[0].calls
+    burst = [t for t in calls if t < 0.5]
+    probes = [t for t in calls if 0.5 <= t < storm_until]
+    assert len(burst) <= 4, calls  # at most the calls already under way
+    gaps = [b - a for a, b in zip([burst[-1], *probes], probes, strict=False)]
+    assert gaps == pytest.approx([1.1, 2.1, 4.1], abs=0.15), calls
+    after = [t for t in calls if t >= storm_until]
+    assert after and after[0] - probes[-1] == pytest.approx(8.1, abs=0.15), calls
+    assert len(after) > 100  # healthy again: it has its share of the traffic back

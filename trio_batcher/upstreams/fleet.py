@@ -36,7 +36,6 @@ upstream, failovers and spills by cause, whether a continuing conversation kept 
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ import trio
 from ..errors import ProxyError
 from ..upstream.caller import MessagesCaller
 from ..upstream.request import UpstreamRequest
-from ..upstream.resilience import Failure, Resilience, classify, retry_delay
+from ..upstream.resilience import Failure, Resilience, classify
 from .affinity import AffinityTable
 from .config import DEFAULT_NAME, AnthropicAccess, UpstreamSpec
 from .routing import Attempt, Route, Router, UpstreamState
@@ -294,13 +293,14 @@ class Fleet:
             mapped = steward.request_for(request, attempt.model_id)
             async with steward.slot(attempt.model_id):
                 try:
-                    value = await steward.resilience.attempt(
-                        partial(op, steward.caller, mapped),
-                        deadline=deadline,
-                        headers_of=headers_of,
-                        model=attempt.model_id,
-                        first=retries == 0,
-                    )
+                    with steward.attempting():
+                        value = await steward.resilience.attempt(
+                            partial(op, steward.caller, mapped),
+                            deadline=deadline,
+                            headers_of=headers_of,
+                            model=attempt.model_id,
+                            first=retries == 0,
+                        )
                 except ProxyError as exc:
                     failure = classify(exc)
                     steward.failed(failure)
@@ -345,7 +345,7 @@ class Fleet:
         deadline says none may. The retry budget is asked where the next attempt lands."""
         exc, failure, failed_at = last
         resilience = self._by_name[failed_at].resilience
-        delay = retry_delay(failure, retries - 1, resilience.config, random.random)
+        delay = resilience.backoff(failure, retries - 1)
         if delay is None or trio.current_time() + delay >= deadline:
             raise exc
         return trio.current_time() + delay

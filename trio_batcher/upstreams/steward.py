@@ -5,20 +5,29 @@ own: a 529 storm on one Anthropic organisation says nothing about Bedrock in ano
 region. So a ``Steward`` holds, for one upstream: the client for its kind
 (``upstream.caller.MessagesCaller``), its ``Resilience`` (cooldowns, retry budget, the
 adaptive limit: ``upstream.resilience``), its ``trio.CapacityLimiter`` (``max_concurrency``;
-none without one), and its *health*: after a failure that says the upstream itself is in
-trouble (overloaded, a 5xx, unreachable, too slow) it is unhealthy for a while, which the
-router reads as "last resort" (``routing``), doubling with each failure in a row and ended by
-the first success. That is the cooldown a failover starts even when the upstream sent no
-``retry-after`` (Anthropic's 529s usually send none): the upstream is tried again only after
-it, unless nothing else can serve the request.
+none without one), and its *health*, a small circuit breaker:
+
+- **open**: after a failure that says the upstream itself is in trouble (overloaded, a 5xx,
+  unreachable, too slow) it is unhealthy for a pause, which the router reads as "last
+  resort" (``routing``: tried only when nothing healthy can take the request). That is the
+  cooldown a failover starts even when the upstream sent no ``retry-after`` (Anthropic's
+  529s usually send none). The failures of calls that were already under way when it
+  opened are the same incident and do not lengthen it.
+- **half-open**: when the pause is over, *one* request probes it (while that probe runs, the
+  upstream stays a last resort for the others), so a storm that lasts costs one failed
+  attempt -- one failover, no client error -- per pause, not one per request in flight.
+  A failed probe opens it again for twice as long (1, 2, 4, 8, then 16 s at most: a dead
+  region costs a failover every 16 s, and a recovered upstream waits at most that long for
+  its traffic back).
+- **closed** (healthy) again at the first success.
 
 A steward knows nothing of the others; the fleet (``fleet``) routes among them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Final, final
 
@@ -34,11 +43,10 @@ from .routing import UpstreamState, snapshot
 
 __all__ = ["UNHEALTHY_BASE_S", "UNHEALTHY_MAX_S", "Steward"]
 
-# How long an upstream counts as unhealthy after a failure of its own; doubled per failure
-# in a row, up to the maximum. One second is about a 529 storm's shortest breath; a minute
-# keeps a dead region from costing every request a failed attempt.
+# How long an upstream counts as unhealthy after a failure of its own; doubled per failed
+# probe, up to the maximum (module doc). One second is about a 529 storm's shortest breath.
 UNHEALTHY_BASE_S: Final = 1.0
-UNHEALTHY_MAX_S: Final = 60.0
+UNHEALTHY_MAX_S: Final = 16.0
 # The failures that say something about the upstream rather than the request or the model.
 _ITS_OWN: Final = frozenset({"overloaded", "server_error", "connect_error", "timeout"})
 
@@ -81,6 +89,7 @@ class Steward:
         self._in_flight = 0
         self._strikes = 0
         self._unhealthy_until = -float("inf")
+        self._probing = False  # a half-open probe is under way
 
     @property
     def in_flight(self) -> int:
@@ -89,7 +98,8 @@ class Steward:
 
     @property
     def healthy(self) -> bool:
-        return self._clock() >= self._unhealthy_until
+        """Closed, or half-open with no probe under way (module doc)."""
+        return self._clock() >= self._unhealthy_until and not self._probing
 
     @property
     def unhealthy_until(self) -> float:
@@ -173,13 +183,31 @@ class Steward:
             if limiter is not None:
                 limiter.release_on_behalf_of(token)
 
+    @contextmanager
+    def attempting(self) -> Iterator[None]:
+        """Around one attempt here: the attempt made when the pause is over is the
+        half-open probe, until it succeeds, fails or is given up (cancelled)."""
+        probe = self._strikes > 0 and not self._probing and self.healthy
+        if probe:
+            self._probing = True
+        try:
+            yield
+        finally:
+            if probe:
+                self._probing = False
+
     def failed(self, failure: Failure) -> None:
-        """An attempt here failed: a failure of the upstream's own makes it unhealthy."""
+        """An attempt here failed: a failure of the upstream's own opens the breaker, or
+        (a probe's) opens it again for twice as long; the failures of calls that were
+        under way when it opened are the same incident."""
         if failure.signal not in _ITS_OWN:
             return
+        now = self._clock()
+        if now < self._unhealthy_until:
+            return  # already open for this incident
         self._strikes += 1
         pause = min(UNHEALTHY_MAX_S, UNHEALTHY_BASE_S * 2.0 ** (self._strikes - 1))
-        self._unhealthy_until = max(self._unhealthy_until, self._clock() + pause)
+        self._unhealthy_until = now + pause
 
     def succeeded(self) -> None:
         """An attempt here succeeded: healthy again at once."""

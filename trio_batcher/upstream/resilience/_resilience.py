@@ -385,6 +385,12 @@ class Resilience:
         self._retries += 1
         return await self._spend_shared_retry()
 
+    def backoff(self, failure: Failure, retries_done: int) -> float | None:
+        """The retry policy's wait before the next attempt after ``failure`` (the
+        ``retry-after``, or full jitter with this resilience's own random source), or
+        ``None`` when the policy says stop; for a caller that plans its own rounds."""
+        return retry_delay(failure, retries_done, self.config, self._rng)
+
     def cooling_until(self, model: str | None = None) -> float:
         """When the cooldowns holding calls to ``model`` end (trio time; past: none)."""
         return self._holding(model).until
