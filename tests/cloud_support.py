@@ -13,11 +13,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
 from trio_batcher.simulator import SimulatorConfig
+from trio_batcher.simulator.fleet import rsa_key_pair
 
 ACCESS_KEY = "AKIATESTCLOUDSIM0001"
 SECRET_KEY = "test-secret-never-echoed"
@@ -42,19 +41,9 @@ ASK = [{"role": "user", "content": "What is the weather in Paris? Use get_weathe
 
 @cache
 def key_pair() -> tuple[str, str]:
-    """A throwaway RSA key pair (private PEM, public PEM) for the service account."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    """A throwaway RSA key pair (private PEM, public PEM) for the service account: the
+    simulator's own generator, made once per test run."""
+    return rsa_key_pair()
 
 
 def cloud_config(**changes: Any) -> SimulatorConfig:
@@ -72,11 +61,9 @@ def cloud_config(**changes: Any) -> SimulatorConfig:
     return SimulatorConfig(**values)
 
 
-def service_account_credentials(url: str, tmp_path: Path) -> Any:
-    """google-auth credentials from a service-account JSON whose ``token_uri`` is the
-    simulator's token endpoint (written to disk as ``GOOGLE_APPLICATION_CREDENTIALS`` would
-    be)."""
-    info = {
+def service_account_info(url: str) -> dict[str, str]:
+    """The service-account JSON whose ``token_uri`` is the simulator at ``url``."""
+    return {
         "type": "service_account",
         "project_id": PROJECT,
         "private_key_id": "sim-key-1",
@@ -85,6 +72,12 @@ def service_account_credentials(url: str, tmp_path: Path) -> Any:
         "client_id": "1234567890",
         "token_uri": f"{url}/token",
     }
+
+
+def service_account_credentials(url: str, tmp_path: Path) -> Any:
+    """google-auth credentials from a service-account JSON whose ``token_uri`` is the
+    simulator's token endpoint (written to disk as ``GOOGLE_APPLICATION_CREDENTIALS`` would
+    be)."""
     path = tmp_path / "service-account.json"
-    path.write_text(json.dumps(info))
+    path.write_text(json.dumps(service_account_info(url)))
     return service_account.Credentials.from_service_account_file(str(path), scopes=[SCOPE])

@@ -22,14 +22,13 @@ from typing import Any
 from cloud_support import (
     ACCESS_KEY,
     BEDROCK_MODEL,
-    EMAIL,
     PROJECT,
     REGION,
     SECRET_KEY,
     VERTEX_MODEL,
     VERTEX_REGION,
     cloud_config,
-    key_pair,
+    service_account_info,
 )
 from support import Sim, proxy_and_simulator, running_proxy, running_simulator
 
@@ -76,15 +75,7 @@ def cloud_upstream(kind: str, url: str, name: str = "cloud") -> str:
 def cloud_environment(home: Path, url: str) -> dict[str, str | None]:
     """The variables the AWS chain and Application Default Credentials read, pointing at
     the simulator's identities and nowhere else."""
-    account = {
-        "type": "service_account",
-        "project_id": PROJECT,
-        "private_key_id": "sim-key-1",
-        "private_key": key_pair()[0],
-        "client_email": EMAIL,
-        "client_id": "1234567890",
-        "token_uri": f"{url}/token",
-    }
+    account = service_account_info(url)
     path = home / "service-account.json"
     path.write_text(json.dumps(account))
     path.chmod(0o600)

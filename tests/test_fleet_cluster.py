@@ -44,6 +44,22 @@ async def _send(http: httpx2.AsyncClient, url: str, body: dict[str, Any]) -> dic
     return answer
 
 
+def _settings(path: Path, tmp_path: Path, redis_url: str | None, *, cap: int) -> Settings:
+    """A gateway on the upstreams of ``path``, with the gateway cap shared through Redis
+    when ``redis_url`` is given (the cluster's shared state needs batching on)."""
+    return Settings(
+        upstreams_file=str(path),
+        data_dir=str(tmp_path / "data"),
+        batch_enabled=True,
+        batch_max_concurrency=cap,
+        batch_max_wait_ms=1,
+        redis_url=redis_url,
+        redis_key_prefix=unique_prefix(),
+        redis_timeout_s=2.0,
+        metrics_enabled=True,
+    )
+
+
 async def _remembered(http: httpx2.AsyncClient, url: str) -> int:
     cluster = (await http.get(f"{url}/metrics")).json()["cluster"]
     return int(cluster["affinity"]["remembered"])
@@ -63,17 +79,7 @@ async def test_a_conversation_continued_on_another_instance_keeps_its_upstream(
     async with running_simulator() as up0, running_simulator() as up1:
         path = tmp_path / "upstreams.toml"
         path.write_text(upstreams_toml([up0, up1]))
-        settings = Settings(
-            upstreams_file=str(path),
-            data_dir=str(tmp_path / "data"),
-            batch_enabled=True,
-            batch_max_concurrency=8,
-            batch_max_wait_ms=1,
-            redis_url=redis.url if shared else None,
-            redis_key_prefix=unique_prefix(),
-            redis_timeout_s=2.0,
-            metrics_enabled=True,
-        )
+        settings = _settings(path, tmp_path, redis.url if shared else None, cap=8)
         async with (
             running_proxy(settings) as a,
             running_proxy(settings) as b,
@@ -112,17 +118,7 @@ async def test_an_upstream_overloaded_on_one_instance_is_left_alone_by_the_other
     async with running_simulator(storm) as up0, running_simulator() as up1:
         path = tmp_path / "upstreams.toml"
         path.write_text(upstreams_toml([up0, up1]))
-        settings = Settings(
-            upstreams_file=str(path),
-            data_dir=str(tmp_path / "data"),
-            batch_enabled=True,
-            batch_max_concurrency=8,
-            batch_max_wait_ms=1,
-            redis_url=redis.url if shared else None,
-            redis_key_prefix=unique_prefix(),
-            redis_timeout_s=2.0,
-            metrics_enabled=True,
-        )
+        settings = _settings(path, tmp_path, redis.url if shared else None, cap=8)
         async with (
             running_proxy(settings) as a,
             running_proxy(settings) as b,
@@ -158,17 +154,7 @@ async def test_each_upstreams_cap_holds_across_instances(
     async with running_simulator(slow) as up0, running_simulator(slow) as up1:
         path = tmp_path / "upstreams.toml"
         path.write_text(upstreams_toml([up0, up1], max_concurrency=[2, 3]))
-        settings = Settings(
-            upstreams_file=str(path),
-            data_dir=str(tmp_path / "data"),
-            batch_enabled=True,
-            batch_max_concurrency=64,
-            batch_max_wait_ms=1,
-            redis_url=redis.url,
-            redis_key_prefix=unique_prefix(),
-            redis_timeout_s=2.0,
-            metrics_enabled=True,
-        )
+        settings = _settings(path, tmp_path, redis.url, cap=64)
         async with (
             running_proxy(settings) as a,
             running_proxy(settings) as b,

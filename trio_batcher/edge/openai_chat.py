@@ -24,9 +24,10 @@ from ..translation.openai_chat import (
     new_completion_id,
     translate_request,
 )
-from ..upstream.request import UpstreamRequest, encode_body, outline
-from ..upstreams.facts import NO_FACTS, FactsOf
+from ..upstream.request import UpstreamRequest
+from ..upstreams.facts import FactsOf
 from .http import Incoming
+from .translated import upstream_request_of
 
 __all__ = ["CHAT_PATH", "SURFACE", "OpenAIChatDoor"]
 
@@ -92,24 +93,7 @@ def _translate(
     serialisation made at send time.
     """
     tr = translate_request(payload, options)
-    facts = facts_of(tr.upstream_model, tr.body) if facts_of is not None else NO_FACTS
-    if not large:
-        return tr, UpstreamRequest(
-            tr.body,
-            tr.upstream_model,
-            tr.stream,
-            SURFACE,
-            conversation=facts.conversation,
-            anthropic_only=facts.anthropic_only,
-        )
-    content = encode_body(tr.body)
-    tr = replace(tr, body=outline(tr.body))
-    return tr, UpstreamRequest(
-        tr.body,
-        tr.upstream_model,
-        tr.stream,
-        SURFACE,
-        content=content,
-        conversation=facts.conversation,
-        anthropic_only=facts.anthropic_only,
+    body, request = upstream_request_of(
+        tr.body, tr.upstream_model, tr.stream, SURFACE, large=large, facts_of=facts_of
     )
+    return (replace(tr, body=body) if large else tr), request

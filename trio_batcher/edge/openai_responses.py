@@ -38,11 +38,12 @@ from ..translation.openai_responses import (
     new_response_id,
     translate_request,
 )
-from ..upstream.request import UpstreamRequest, encode_body, outline
-from ..upstreams.facts import NO_FACTS, FactsOf
+from ..upstream.request import UpstreamRequest
+from ..upstreams.facts import FactsOf
 from .auth import client_key
 from .hosts import FOREIGN_HOST, host_not_allowed
 from .http import Incoming
+from .translated import upstream_request_of
 
 __all__ = ["RESPONSES_PATH", "SURFACE", "ResponsesDoor", "reading_the_store", "request_owner"]
 
@@ -290,24 +291,7 @@ def _translate(
     """The translation, and the upstream request made of it; a large body is encoded here,
     once, and its translated tree dropped (as the Chat door does, ``openai_chat._translate``)."""
     tr = translate_request(payload, options, history, references)
-    facts = facts_of(tr.upstream_model, tr.body) if facts_of is not None else NO_FACTS
-    if not large:
-        return tr, UpstreamRequest(
-            tr.body,
-            tr.upstream_model,
-            tr.stream,
-            SURFACE,
-            conversation=facts.conversation,
-            anthropic_only=facts.anthropic_only,
-        )
-    content = encode_body(tr.body)
-    tr = replace(tr, body=outline(tr.body))
-    return tr, UpstreamRequest(
-        tr.body,
-        tr.upstream_model,
-        tr.stream,
-        SURFACE,
-        content=content,
-        conversation=facts.conversation,
-        anthropic_only=facts.anthropic_only,
+    body, request = upstream_request_of(
+        tr.body, tr.upstream_model, tr.stream, SURFACE, large=large, facts_of=facts_of
     )
+    return (replace(tr, body=body) if large else tr), request

@@ -178,7 +178,7 @@ class CloudIdentity:
         secret = base64.b64encode(secrets.token_bytes(30)).decode()
         private = public = None
         if vertex_key:
-            private, public = _rsa_key_pair()
+            private, public = rsa_key_pair()
         return cls(
             aws_access_key_id=access,
             aws_secret_access_key=secret,
@@ -221,7 +221,7 @@ class CloudIdentity:
         )
 
 
-def _rsa_key_pair() -> tuple[str, str]:
+def rsa_key_pair() -> tuple[str, str]:
     """A throwaway 2048-bit RSA key pair: (private PKCS#8 PEM, public PEM)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
