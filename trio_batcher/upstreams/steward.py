@@ -168,15 +168,13 @@ class Steward:
             await limiter.acquire_on_behalf_of(token)
         shared = self.shared() if limiter is not None else None
         holder = shared.new_holder() if shared is not None else None
+        self._in_flight += 1  # the local room is taken: the router sees it at once
         try:
             if shared is not None and holder is not None:
                 await shared.acquire(holder, model_id)
-            self._in_flight += 1
-            try:
-                yield
-            finally:
-                self._in_flight -= 1
+            yield
         finally:
+            self._in_flight -= 1
             if shared is not None and holder is not None:
                 with trio.CancelScope(shield=True):
                     await shared.release(holder)  # idempotent: also after a half-done acquire
