@@ -44,8 +44,8 @@ extra is missing is refused with the pip command (``upstream.kinds.require_extra
 
 Without the file, ``from_settings`` describes the one anthropic upstream
 ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY`` always meant, named ``default``, so nothing
-changes for existing deployments. Nothing here routes yet: this is the data the router
-(``routing``) reads; the gateway is wired to it in a later step.
+changes for existing deployments. This is the data the router (``routing``) and the fleet
+(``fleet``, ``build``) are made of.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The router, pure: which upstreams a call tries, in which order, from a snapshot.
 
-The caller (the pipeline, once wired) takes a snapshot of each upstream for the request's
+The caller (``fleet.Fleet``, for each request) takes a snapshot of each upstream for the request's
 model (``snapshot``: does it serve the model and under which id, is it cooling down, its
 calls in flight against its cap, is it healthy) and asks ``Router.route`` for the order to
 try them in. The rules, in this order:
@@ -23,8 +23,8 @@ try them in. The rules, in this order:
 5. **Spill**: a full upstream is not waited for while another of its tier, or of a higher
    tier, has room: a new conversation spills at once, and so does a continuing one (it loses
    its cache, which costs less than queueing behind a full upstream whose slot may take a
-   whole response to free; how soon a slot frees is not knowable from a snapshot, so a
-   bounded wait for the affine upstream is left to the caller as a later refinement). Only
+   whole response to free; how soon a slot frees is not knowable from a snapshot, so the
+   gateway does not guess at a "brief" wait: docs/upstreams.md, "Why spill at once"). Only
    when *no* eligible healthy upstream has room does the first attempt wait: on the
    conversation's own upstream if it has one, else on the lowest tier's weighted pick.
 6. **Failover** after a failure before the first byte: the remaining attempts of the same
