@@ -57,6 +57,7 @@ from .store import (
 )
 from .store.data_dir import check_data_dir
 from .store.deployment import deployment_of
+from .store.owned import OwnedObjects
 from .store.purge import purge_expired_periodically
 from .tenants import TenantsWatcher
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
@@ -178,6 +179,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     responses = SQLiteResponseStore(data_dir, deployment=deployment)
     files = SQLiteFileStore(data_dir, deployment=deployment)
     batches = SQLiteBatchStore(data_dir, files, deployment=deployment)
+    # Who owns each object Anthropic keeps for the gateway (Message Batches, files,
+    # threads relayed natively): store.owned.
+    owned = OwnedObjects(data_dir, deployment=deployment)
     # Who is who: PROXY_API_KEYS and the tenants file (read by runtime.check_files, so a
     # bad file has already stopped `serve`; here it raises). Reloaded while serving.
     tenants = TenantsWatcher(settings.tenants_file, proxy_api_keys=settings.proxy_api_keys)
@@ -287,6 +291,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await rt.aclose()
             await responses.aclose()
+            await owned.aclose()
             await batches.aclose()
             await files.aclose()
 
