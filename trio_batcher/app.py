@@ -26,6 +26,7 @@ from werkzeug.exceptions import HTTPException
 
 from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountTokensDoor, MessagesDoor
 from .edge.anthropic_models import anthropic_model, anthropic_model_list
+from .edge.api_routes import rule_for
 from .edge.auth import client_key, key_matches, proxy_key_error
 from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
@@ -306,6 +307,19 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         status = exc.code or 500
         headers: dict[str, str] = {}
         if status == 404:
+            rule = rule_for(request.path.rstrip("/") or "/")
+            if rule is not None and rule.treatment == "refused":
+                # A route of Anthropic's API that keeps unscoped state or administers the
+                # gateway's organisation: refused, never relayed (edge.api_routes).
+                return _error_response(
+                    ProxyError(
+                        400,
+                        f"{rule.feature} ({request.method} {request.path}) is not relayed "
+                        f"by this gateway: {rule.why}.",
+                        type="invalid_request_error",
+                        code="unsupported_by_gateway",
+                    )
+                )
             message = f"Unknown route: {request.method} {request.path}."
             other_api = _OTHER_OPENAI_APIS.get(request.path.rstrip("/"))
             if other_api is not None:
@@ -313,6 +327,16 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                     " This gateway serves OpenAI's Chat Completions, Responses and Batch "
                     f"APIs, not the {other_api}: point the client at POST "
                     "/v1/chat/completions or POST /v1/responses."
+                )
+            elif rule is not None:
+                message += (
+                    f" It is under {rule.feature}, which this gateway relays, but not this "
+                    "route of it (the routes and what each does: docs/compatibility.md)."
+                )
+            else:
+                message += (
+                    " It is no route of OpenAI's or Anthropic's APIs that this gateway "
+                    "serves (the routes and what each does: docs/compatibility.md)."
                 )
         elif status == 405:
             allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
