@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -364,3 +365,30 @@ def test_serving_checks_the_file_and_the_key_variables_it_names(
     with pytest.raises(SettingsError) as named:
         check_files(Settings(upstreams_file=str(bad)))
     assert "expected one of" in named.value.problem
+
+
+def test_a_gateway_of_clouds_only_names_its_deployment_by_what_it_fronts(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Two gateways on one host in front of different Bedrock regions keep their state
+    apart (``store.deployment``); the same file names the same deployment; DEPLOYMENT_ID
+    wins; with an anthropic upstream, its URL and key name it as they always have."""
+    from trio_batcher.store.deployment import deployment_of
+    from trio_batcher.upstreams.build import primary_settings
+
+    def settings_for(text: str, **changes: Any) -> Settings:
+        path = tmp_path / f"u{abs(hash(text))}.toml"
+        path.write_text(text)
+        base = Settings(upstreams_file=str(path), **changes)
+        specs = parse_upstreams(text, require=lambda kind: None)
+        return primary_settings(base, specs)
+
+    east = (
+        '[[upstream]]\nname = "b"\nkind = "bedrock"\nregion = "us-east-1"\nmodels = { "m" = "x" }\n'
+    )
+    west = east.replace("us-east-1", "us-west-2")
+    ids = [deployment_of(settings_for(text)).id for text in (east, west, east)]
+    assert ids[0] != ids[1] and ids[0] == ids[2] and ids[0].startswith("clouds-")
+    assert deployment_of(settings_for(east, deployment_id="mine")).id == "mine"
+    anthropic = '[[upstream]]\nname = "a"\nkind = "anthropic"\nbase_url = "http://127.0.0.1:9"\n'
+    assert settings_for(anthropic + east).anthropic_base_url == "http://127.0.0.1:9"

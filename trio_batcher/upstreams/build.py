@@ -18,6 +18,7 @@ anthropic upstream of the file, the one a gateway without the file has always us
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -58,7 +59,13 @@ def check_credentials(specs: Sequence[UpstreamSpec], source: str) -> None:
 
 def primary_settings(settings: Settings, specs: Sequence[UpstreamSpec]) -> Settings:
     """``settings`` as the stateful parts see them: ``ANTHROPIC_BASE_URL`` and the key of
-    the file's first anthropic upstream (unchanged without one, or without a file)."""
+    the file's first anthropic upstream (unchanged without a file).
+
+    A file of clouds only has no such upstream, and its state must still be its own: two
+    gateways on one host in front of different Bedrock regions must not share their
+    stored responses and files. Unless ``DEPLOYMENT_ID`` names one, its deployment is then
+    named by what it fronts: a digest of its upstreams' kinds, regions, projects, profiles
+    and endpoints (``store.deployment``)."""
     if settings.upstreams_file is None:
         return settings
     for spec in specs:
@@ -68,7 +75,11 @@ def primary_settings(settings: Settings, specs: Sequence[UpstreamSpec]) -> Setti
                 anthropic_base_url=spec.access.base_url,
                 anthropic_api_key=os.environ.get(spec.access.api_key_env) or None,
             )
-    return settings
+    if settings.deployment_id:
+        return settings
+    fronted = "\n".join(sorted(repr(spec.access) for spec in specs))
+    digest = hashlib.sha256(fronted.encode()).hexdigest()[:16]
+    return replace(settings, deployment_id=f"clouds-{digest}")
 
 
 def build_steward(spec: UpstreamSpec, index: int, settings: Settings) -> Steward:
