@@ -212,6 +212,27 @@ async def test_a_request_needing_anthropics_api_skips_the_clouds(
     assert fakes[0].calls  # the plain request went to the cloud, under its own id
 
 
+async def test_a_pinned_request_goes_only_to_its_upstream_and_waits_for_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A request that continues a message thread may only go where the thread is held:
+    # never routed elsewhere, not even to fail over from a 529 of its own upstream.
+    fakes = [Fake(), Fake([overloaded()]), Fake()]
+    fleet, events = fleet_of(fakes, max_retries=2)
+    for _ in range(3):
+        served = await fleet.call(request(pinned="up1"), create, deadline=trio.current_time() + 60)
+        assert served.upstream == "up1"
+    assert [len(f.calls) for f in fakes] == [0, 4, 0]  # one 529, retried on up1 itself
+    assert events.failovers == []
+    with pytest.raises(ProxyError) as gone:
+        await fleet.call(request(pinned="up9"), create, deadline=trio.current_time() + 60)
+    assert gone.value.status == 404 and gone.value.code == "pinned_upstream_gone"
+    one, _ = fleet_of([Fake()])
+    assert (await one.call(request(pinned="up0"), create, deadline=60)).upstream == "up0"
+    with pytest.raises(ProxyError):
+        await one.call(request(pinned="other"), create, deadline=trio.current_time() + 60)
+
+
 def test_the_breaker_opens_once_per_incident_probes_once_and_doubles_per_failed_probe() -> None:
     now = [0.0]
     spec = UpstreamSpec(name="up", access=AnthropicAccess())

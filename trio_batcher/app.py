@@ -197,7 +197,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         lambda: app.runtime.pipeline if app.runtime is not None else None,
         {
             CHAT_PATH: OpenAIChatDoor(settings),
-            MESSAGES_PATH: MessagesDoor(),
+            MESSAGES_PATH: MessagesDoor(owned),  # threads are owned (edge.anthropic_threads)
             COUNT_TOKENS_PATH: CountTokensDoor(),
             RESPONSES_PATH: ResponsesDoor(settings, responses, keyed),
         },

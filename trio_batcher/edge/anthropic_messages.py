@@ -7,6 +7,9 @@ gateway's key (never the client's), and the reply or every stream event comes ba
 upstream sent it. What the gateway adds is what it adds for every door -- admission
 windows, the gate, retries before the first byte, shared cooldowns, cancellation, metrics.
 
+A request in a message thread (the threads beta) is owned by the tenant that sent it and
+continued only by that tenant, on the upstream that holds it (``anthropic_threads``).
+
 ``count_tokens`` is forwarded with the same key, headers, deadline and cooldowns, but not
 through the gate or a window: it generates nothing, and Claude Code sends it in bursts.
 """
@@ -18,6 +21,7 @@ from typing import Final, final
 from ..errors import ProxyError
 from ..pipeline.contract import JSONReply, StreamReply
 from ..pipeline.core import Pipeline
+from ..store.owned import OwnedObjects
 from ..translation.anthropic_messages import (
     AnthropicMessagesCodec,
     check_count_tokens,
@@ -28,6 +32,8 @@ from ..translation.anthropic_messages import (
 )
 from ..upstream.request import UpstreamRequest, outline
 from ..upstreams.facts import NO_FACTS, FactsOf
+from ..upstreams.fleet import PINNED_UPSTREAM_GONE
+from .anthropic_threads import ThreadOwnership, thread_not_found, thread_request, with_details
 from .http import Incoming
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
@@ -91,20 +97,49 @@ class _AnthropicDoor:
 
 @final
 class MessagesDoor(_AnthropicDoor):
-    """Messages in, Messages upstream, the upstream's answer back as it was sent."""
+    """Messages in, Messages upstream, the upstream's answer back as it was sent.
 
-    def __init__(self) -> None:
+    ``owned``: the ownership table that message threads are recorded in
+    (``anthropic_threads``); without it a ``thread`` is relayed unscoped (tests only).
+    """
+
+    def __init__(self, owned: OwnedObjects | None = None) -> None:
         super().__init__(SURFACE, generates=True)
+        self._threads = ThreadOwnership(owned) if owned is not None else None
+
+    def error_reply(self, exc: ProxyError) -> JSONReply:
+        reply = super().error_reply(exc)
+        assert isinstance(reply.body, bytes)
+        reply.body = with_details(reply.body, exc)
+        return reply
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         # Nothing to translate: the checks are a few lookups whatever the body's size.
+        headers = incoming.scope["headers"]
         try:
             model, stream = check_messages(incoming.payload)
+            thread = None if self._threads is None else thread_request(incoming.payload, headers)
         except ProxyError as exc:
             raise self.refused(pipeline, exc, incoming) from None
-        facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
-        request = self.upstream_request(incoming, model, stream, facts_of)
-        return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
+        facts_of = pipeline.route_facts(incoming.tenant, headers)
+        if thread is not None and self._threads is not None:
+            owner = incoming.tenant.name if incoming.tenant is not None else ""
+            try:
+                pinned = await self._threads.holder(thread, owner)
+            except ProxyError as exc:  # not the sender's thread: never reaches the upstream
+                raise self.refused(pipeline, exc, incoming) from None
+            request = self.upstream_request(incoming, model, stream, facts_of)
+            request = self._threads.attach(request, owner, pinned)
+        else:
+            request = self.upstream_request(incoming, model, stream, facts_of)
+        try:
+            return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
+        except ProxyError as exc:
+            if request.pinned is not None and exc.code == PINNED_UPSTREAM_GONE:
+                # The upstream that held the thread is gone from the configuration: the
+                # thread is lost, which the SDKs recover from by replaying it.
+                raise thread_not_found() from None
+            raise
 
 
 @final

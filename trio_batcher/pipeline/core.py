@@ -23,7 +23,9 @@ which can end it with a ``ProxyError``:
    stream relay), whose ``finally`` cancels the ticket: a queued job is never
    dispatched, a running one has its own cancel scope cancelled and its upstream
    connection closed at once.
-3. **relay**: a non-stream reply is encoded and sent. A stream job (``stream_job.py``) pumps upstream SSE
+3. **relay**: a non-stream reply is encoded and sent (after the request's ``on_reply``
+   hook, if it has one, was told the reply's id and upstream; a stream's is told at its
+   ``message_start``, while the prelude is read). A stream job (``stream_job.py``) pumps upstream SSE
    events into a small bounded channel (so a slow client slows the upstream read instead of
    growing a buffer); the handler reads until the first content event before answering, so
    an upstream failure before any content is still a proper HTTP error status, then hands
@@ -240,6 +242,9 @@ class Pipeline:
                 upstream = failure.upstream if failure is not None else None
                 self._outcomes.error(request, status, timing, upstream=upstream)
         reply = served.value
+        message_id = reply.message.get("id")
+        if request.on_reply is not None and isinstance(message_id, str):
+            await request.on_reply(message_id, served.upstream)
         if grant is not None:
             grant.settle(request.model, reply.message.get("usage"), upstream=served.upstream)
         body = codec.reply(reply.message, reply.raw)

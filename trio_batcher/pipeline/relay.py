@@ -170,6 +170,9 @@ class StreamRelay:
             self._prelude += self._feed([event])
             if event[0] not in _PRELUDE_EVENTS:
                 break
+        hook, message_id = self._request.on_reply, self._tally.message_id
+        if hook is not None and message_id is not None and self._upstream_name is not None:
+            await hook(message_id, self._upstream_name)  # before the client sees the id
         headers = codec.headers(self._upstream_headers)
         headers["Server-Timing"] = self.timing().server_timing_header()
         return headers

@@ -31,13 +31,17 @@ class StreamTally:
         self.stop_reason: str | None = None
         self.stopped = False  # message_stop seen
         self.deltas = 0  # content_block_delta events seen, each at least a token
+        self.message_id: str | None = None  # the reply's id, from message_start
 
     def observe(self, kind: str, data: Mapping[str, Any]) -> None:
         if kind == "content_block_delta":
             self.deltas += 1
         elif kind == "message_start":
             message = data.get("message")
-            merge_usage(self._usage, message.get("usage") if isinstance(message, Mapping) else None)
+            if isinstance(message, Mapping):
+                merge_usage(self._usage, message.get("usage"))
+                if isinstance(message.get("id"), str):
+                    self.message_id = message["id"]
         elif kind == "message_delta":
             merge_usage(self._usage, data.get("usage"))
             delta = data.get("delta")

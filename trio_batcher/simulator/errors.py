@@ -49,6 +49,7 @@ class SimulatorError(Exception):
       message: ``error.message``; never contains an API key.
       type: ``error.type``; defaults from the status.
       headers: extra response headers (``retry-after``...).
+      details: ``error.details`` (``{"error_code": ...}``), which the SDKs branch on.
     """
 
     def __init__(
@@ -58,12 +59,14 @@ class SimulatorError(Exception):
         *,
         type: str | None = None,
         headers: Mapping[str, str] | None = None,
+        details: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type or error_type_for(status)
         self.headers: dict[str, str] = dict(headers or {})
+        self.details = dict(details) if details is not None else None
 
 
 class SimulatorInvalidRequest(SimulatorError):
@@ -73,9 +76,17 @@ class SimulatorInvalidRequest(SimulatorError):
         super().__init__(400, message, type="invalid_request_error")
 
 
-def error_json(type: str, message: str, request_id: str | None) -> bytes:
+def error_json(
+    type: str,
+    message: str,
+    request_id: str | None,
+    details: Mapping[str, object] | None = None,
+) -> bytes:
     """The serialised error envelope (also the ``data`` of an SSE ``error`` event)."""
-    body: dict[str, object] = {"type": "error", "error": {"type": type, "message": message}}
+    error: dict[str, object] = {"type": type, "message": message}
+    if details is not None:
+        error["details"] = dict(details)
+    body: dict[str, object] = {"type": "error", "error": error}
     if request_id is not None:
         body["request_id"] = request_id
     return json.dumps(body).encode()

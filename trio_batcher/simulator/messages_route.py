@@ -105,6 +105,8 @@ async def answer_messages(
         closes the trace and renders it in its own dialect).
     """
     config = state.config
+    # A thread's ``continue`` is checked and answered as the conversation it continues.
+    body, turn = state.threads.resolve(body) if betas else (body, None)
     validate_messages_request(body, api_version=api_version, betas=betas)
     _check_model(body)
     header = request.headers.get(FAULT_HEADER)
@@ -138,6 +140,8 @@ async def answer_messages(
     offsets = schedule(reply.token_pieces, latency, state.rng)
     message_id = "msg_sim" + os.urandom(12).hex()
     if trace.stream:
+        if turn is not None:
+            state.threads.hold(turn, reply.message_json(message_id))
         events = render_stream(reply, message_id, content())
         trace.status = 200
         return Answer({}, stream_body(state.stats, trace, events, offsets, base, faults))
@@ -145,6 +149,8 @@ async def answer_messages(
     if deadline > trio.current_time():
         await trio.sleep_until(deadline)
     message = reply.message_json(message_id)
+    if turn is not None:
+        state.threads.hold(turn, message)
     trace.first_token_at = time.monotonic()
     state.stats.finish(trace, "completed", 200)
     return Answer(message)

@@ -84,7 +84,9 @@ def json_response(payload: object, status: int = 200) -> Response:
 def error_response(error: SimulatorError, headers: Any = None) -> Response:
     request_id = cast(dict[str, Any], request.scope).get(REQUEST_ID_KEY)
     response = Response(
-        error_json(error.type, error.message, request_id), status=error.status, content_type=_JSON
+        error_json(error.type, error.message, request_id, error.details),
+        status=error.status,
+        content_type=_JSON,
     )
     for name, value in error.headers.items():
         response.headers[name] = value

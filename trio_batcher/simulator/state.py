@@ -2,7 +2,8 @@
 
 Counters and traces (``stats``), the log of received requests (``received``), the prompt
 cache, the seeded RNG for latency jitter and fault draws, a bounded memo of replies, the
-enforced rate limits, the overload schedule and the overload on demand, and the use counts of ``times=N`` directives. Trio tasks touch it only between
+enforced rate limits, the overload schedule and the overload on demand, the use counts of ``times=N`` directives,
+and the message threads it holds (``threads.py``). Trio tasks touch it only between
 checkpoints, so no request ever sees another's update half-done.
 """
 
@@ -26,6 +27,7 @@ from .received import ReceivedLog
 from .replies import Reply, build_reply
 from .sse import Event, render_content
 from .stats import SimulatorStats
+from .threads import ThreadStore
 
 MEMO_ENTRIES: Final = 512
 # Distinct ``times=N`` directives remembered; past this the oldest is forgotten (and would
@@ -77,11 +79,12 @@ class SimulatorState:
         self.on_demand = OverloadOnDemand()
         # Directive text -> requests it has faulted; bounded by TRANSIENT_ENTRIES.
         self._transient: OrderedDict[str, int] = OrderedDict()
+        self.threads = ThreadStore()
 
     def reset(self) -> None:
         """Zero the counters, empty the request log and the prompt cache, re-seed the RNG,
         refill the rate-limit buckets, restart the overload schedule, end an overload on
-        demand and forget ``times=N`` use counts."""
+        demand, forget ``times=N`` use counts and the held message threads."""
         self.stats.reset()
         self.received.clear()
         self.cache.clear()
@@ -90,6 +93,7 @@ class SimulatorState:
         self.overload.reset()
         self.on_demand.stop()
         self._transient.clear()
+        self.threads.clear()
 
     def transient_spent(self, faults: Faults) -> bool:
         """Whether a ``times=N`` directive has already faulted N requests."""

@@ -8,13 +8,16 @@ observatory -- handles one currency and has no per-dialect branches.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 from ..errors import ProxyError
 
-__all__ = ["UpstreamRequest", "encode_body", "outline"]
+__all__ = ["ReplyHook", "UpstreamRequest", "encode_body", "outline"]
+
+ReplyHook = Callable[[str, str], Awaitable[None]]
+"""Told a reply's message ``id`` and the name of the upstream that served it."""
 
 # The fields of a Messages request that carry the conversation: everything large.
 _CONVERSATION: Final = frozenset({"messages", "system", "tools"})
@@ -71,6 +74,12 @@ class UpstreamRequest:
       anthropic_only: a feature of the body only Anthropic's own API carries (the Files
         API, the MCP connector...), named for an error: no bedrock or vertex upstream may
         take the request (``upstreams.facts``).
+      pinned: the name of the only upstream that may take the request, because it holds
+        state the request continues (a message thread); ``None``: any the route picks.
+      on_reply: awaited once the reply exists (a non-stream reply, or a stream's
+        ``message_start``) with its message id and the upstream that served it, before
+        the client has it: a door that records what the reply created (a thread's head)
+        does it here, so a client's next request finds it recorded.
     """
 
     body: Mapping[str, Any]
@@ -82,3 +91,5 @@ class UpstreamRequest:
     tenant: str | None = None
     conversation: str | None = None
     anthropic_only: str | None = None
+    pinned: str | None = None
+    on_reply: ReplyHook | None = None

@@ -26,6 +26,11 @@ gets back the answer and the name of the upstream that gave it (``Served``). In 
    until its last event, so an upstream's cap counts streams as the calls they are. Once the
    answer is handed over nothing is retried: the client may already have bytes.
 
+A request ``pinned`` to an upstream (it continues a message thread that upstream holds) is
+routed among that one alone: the others are not eligible, so it waits for or fails on that
+upstream rather than failing over to one that would not know the thread. An upstream the
+fleet no longer has is a 404 ``pinned_upstream_gone``.
+
 With one upstream (every gateway without ``UPSTREAMS_FILE``), there is nothing to route:
 the call goes through that upstream's ``Resilience.call``, exactly as before the fleet
 existed -- retries with backoff on the same upstream, cooldowns waited out.
@@ -53,7 +58,10 @@ from .config import DEFAULT_NAME, AnthropicAccess, UpstreamSpec
 from .routing import Attempt, Route, Router, UpstreamState
 from .steward import Steward
 
-__all__ = ["Fleet", "RoutingEvents", "Served"]
+__all__ = ["PINNED_UPSTREAM_GONE", "Fleet", "RoutingEvents", "Served"]
+
+PINNED_UPSTREAM_GONE = "pinned_upstream_gone"
+"""The ``code`` of the 404 for a request pinned to an upstream the fleet does not have."""
 
 T = TypeVar("T")
 Op = Callable[[MessagesCaller, UpstreamRequest], Awaitable[T]]
@@ -227,6 +235,8 @@ class Fleet:
         The fleet lets go of ``request`` once the answer is in: a stream's request (for
         an agent, often its whole conversation) need not live as long as the stream.
         """
+        if request.pinned is not None and request.pinned not in self._by_name:
+            raise _pinned_gone(request.pinned, self.stewards)
         if len(self.stewards) == 1:
             steward = self.stewards[0]
             only = request.anthropic_only
@@ -268,8 +278,9 @@ class Fleet:
         tried: set[str] = set()
         retries = 0
         last: tuple[ProxyError, Failure, str] | None = None
+        stewards = [s for s in self.stewards if request.pinned in (None, s.name)]
         while True:
-            states = [s.state(model, anthropic_only=only is not None) for s in self.stewards]
+            states = [s.state(model, anthropic_only=only is not None) for s in stewards]
             affine = None if conversation is None else self.router.affinity.get(conversation)
             route = self.router.route(states, conversation)
             attempt = next((a for a in route.attempts if a.upstream not in tried), None)
@@ -399,6 +410,17 @@ def _why_not(state: UpstreamState) -> str:
     if not state.healthy:
         return "unhealthy"
     return "full" if not state.has_room else "other"
+
+
+def _pinned_gone(name: str, stewards: Sequence[Steward]) -> ProxyError:
+    names = ", ".join(s.name for s in stewards)
+    return ProxyError(
+        404,
+        f"This request continues state held by the upstream {name!r}, which is not one of "
+        f"this gateway's upstreams (now: {names}).",
+        type="not_found_error",
+        code=PINNED_UPSTREAM_GONE,
+    )
 
 
 def _not_served(model: str, stewards: Sequence[Steward], only: str | None) -> ProxyError:
