@@ -127,7 +127,7 @@ class Pipeline:
                     timing = Timing(total=trio.current_time() - arrived)
                     exc.headers["Server-Timing"] = timing.server_timing_header()
                     raise codec.error(exc) from None
-        early = self._fleet.shed_error(deadline, request.model)
+        early = self._fleet.shed_error(deadline, request.model, request.pinned)
         if early is not None:  # the upstream asked us to wait longer than this request may
             if grant is not None:
                 grant.refund()
@@ -361,7 +361,7 @@ class Pipeline:
         status = CLIENT_CLOSED
         started: float | None = None
         try:
-            early = self._fleet.shed_error(deadline, request.model)
+            early = self._fleet.shed_error(deadline, request.model, request.pinned)
             if early is not None:
                 raise early
             served = None

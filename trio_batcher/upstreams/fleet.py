@@ -189,11 +189,14 @@ class Fleet:
             raise failure
         return list(listed.values())
 
-    def shed_error(self, deadline: float, model: str) -> ProxyError | None:
-        """The error to answer at once when every upstream that serves ``model`` is held
-        by a cooldown that outlasts ``deadline`` (``Resilience.shed_error``'s, of the one
-        that ends first); ``None`` when some upstream may still take the request."""
-        serving = [(s, s.spec.model_id(model)) for s in self.stewards]
+    def shed_error(
+        self, deadline: float, model: str, pinned: str | None = None
+    ) -> ProxyError | None:
+        """The error to answer at once when every upstream that serves ``model`` (only
+        ``pinned``, for a request pinned to one) is held by a cooldown that outlasts
+        ``deadline`` (``Resilience.shed_error``'s, of the one that ends first); ``None``
+        when some upstream may still take the request."""
+        serving = [(s, s.spec.model_id(model)) for s in self.stewards if pinned in (None, s.name)]
         serving = [(s, m) for s, m in serving if m is not None]
         if not serving:
             return None  # the attempt reports it, in the door's terms
@@ -286,7 +289,7 @@ class Fleet:
             attempt = next((a for a in route.attempts if a.upstream not in tried), None)
             if attempt is None:
                 if last is None:
-                    await self._wait_for_any(route, states, model, deadline, only)
+                    await self._wait_for_any(route, states, model, deadline, only, request.pinned)
                 else:
                     await trio.sleep_until(self._retry_at(last, retries, deadline))
                     tried.clear()
@@ -368,13 +371,14 @@ class Fleet:
         model: str,
         deadline: float,
         only: str | None,
+        pinned: str | None,
     ) -> None:
         """No upstream can take the request now: none serves the model (400), or all that
         do are cooling down: wait for the first to come back, or shed if it comes back
         too late."""
         if not route.served:
             raise _not_served(model, self.stewards, only)
-        error = self.shed_error(deadline, model)
+        error = self.shed_error(deadline, model, pinned)
         if error is not None:
             raise error
         until = min(
