@@ -13,11 +13,13 @@ through the gate or a window: it generates nothing, and Claude Code sends it in 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Final, final
 
 from ..errors import ProxyError
 from ..pipeline.contract import JSONReply, StreamReply
 from ..pipeline.core import Pipeline
+from ..tenants import Tenant
 from ..translation.anthropic_messages import (
     AnthropicMessagesCodec,
     check_count_tokens,
@@ -28,7 +30,11 @@ from ..translation.anthropic_messages import (
 )
 from ..upstream.request import UpstreamRequest, outline
 from ..upstreams.facts import NO_FACTS, FactsOf
+from .anthropic_files import file_ids, file_not_found
 from .http import Incoming
+
+# Whether a tenant may name a file id: its own file (``AnthropicFiles.known_file``).
+KnownFile = Callable[[str, Tenant | None], Awaitable[bool]]
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
 
@@ -93,18 +99,30 @@ class _AnthropicDoor:
 class MessagesDoor(_AnthropicDoor):
     """Messages in, Messages upstream, the upstream's answer back as it was sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, known_file: KnownFile | None = None) -> None:
         super().__init__(SURFACE, generates=True)
+        self._known_file = known_file
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         # Nothing to translate: the checks are a few lookups whatever the body's size.
         try:
             model, stream = check_messages(incoming.payload)
+            await self._check_files(incoming)
         except ProxyError as exc:
             raise self.refused(pipeline, exc, incoming) from None
         facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
         request = self.upstream_request(incoming, model, stream, facts_of)
         return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
+
+    async def _check_files(self, incoming: Incoming) -> None:
+        """A ``file`` source must name a file of the caller's own (``edge.anthropic_files``):
+        another tenant's file, or an unknown id, is Anthropic's 404 for an unknown file,
+        before the upstream (where every tenant's files sit under one key) sees it."""
+        if self._known_file is None:
+            return
+        for file_id in dict.fromkeys(file_ids(incoming.payload)):
+            if not await self._known_file(file_id, incoming.tenant):
+                raise file_not_found(file_id)
 
 
 @final
