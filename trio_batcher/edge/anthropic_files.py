@@ -31,14 +31,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 from urllib.parse import parse_qs
 
 import trio
 
 from ..errors import ProxyError, invalid_request
-from ..observatory.metrics import Timing
-from ..runtime import Runtime
+from ..observatory.metrics import MetricsRegistry, Timing
+from ..settings import Settings
 from ..store import StoreUnavailable
 from ..store.owned import OwnedObject, OwnedObjects
 from ..tenants import Tenant, TenantDirectory
@@ -46,6 +46,9 @@ from ..translation.anthropic_messages import error_reply as anthropic_error_repl
 from ..translation.anthropic_messages import relayed_headers
 from ..upstream.anthropic_files import MAX_METADATA_BYTES, AnthropicFilesClient
 from ..upstream.exchange import TRANSPORT_ERRORS
+from ..upstream.pool import UpstreamPool
+from ..upstreams.facts import file_ids
+from ..upstreams.fleet import Fleet
 from .auth import client_key, proxy_key_error
 from .http import ASGIApp, Receive, Scope, Send, cancel_on_disconnect, send_json
 
@@ -59,6 +62,15 @@ KIND: Final = "file"
 _DEFAULT_LIMIT: Final = 20
 _MAX_LIMIT: Final = 1000
 _KEY_HEADERS: Final = frozenset({b"authorization", b"api-key", b"x-api-key"})
+
+
+class Runtime(Protocol):
+    """What the routes use of the running app (``runtime.Runtime``)."""
+
+    settings: Settings
+    http: UpstreamPool
+    fleet: Fleet
+    metrics: MetricsRegistry | None
 
 
 def is_anthropic_files(scope: Mapping[str, Any]) -> bool:
@@ -79,32 +91,6 @@ def owner_of(directory: TenantDirectory, tenant: Tenant | None) -> str:
     if not directory.auth_required or tenant is None:
         return ""
     return tenant.name
-
-
-def file_ids(body: object) -> list[str]:
-    """Every ``file_id`` a Messages body names in a ``source: {"type": "file"}`` block (a
-    document or an image, in a message or inside a tool result's content), in order."""
-    found: list[str] = []
-
-    def walk(blocks: object) -> None:
-        if not isinstance(blocks, list):
-            return
-        for block in blocks:
-            if not isinstance(block, dict):
-                continue
-            source = block.get("source")
-            if isinstance(source, dict) and source.get("type") == "file":
-                file_id = source.get("file_id")
-                if isinstance(file_id, str):
-                    found.append(file_id)
-            walk(block.get("content"))
-
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if isinstance(messages, list):
-        for message in messages:
-            if isinstance(message, dict):
-                walk(message.get("content"))
-    return found
 
 
 def file_not_found(file_id: str) -> ProxyError:

@@ -41,6 +41,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from werkzeug.http import parse_options_header
 from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
+from ..upstreams.facts import file_ids
 from .betas import parse_betas
 from .config import API_VERSIONS, SimulatorConfig
 from .errors import SimulatorError, error_json
@@ -344,32 +345,6 @@ async def _send(send: ASGISendCallable, status: int, body: bytes, content_type: 
         }
     )
     await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def file_ids(body: Any) -> list[str]:
-    """Every ``file_id`` a Messages body names in a ``source: {"type": "file"}`` block
-    (a document or an image, in a message or inside a tool result), in order."""
-    found: list[str] = []
-
-    def walk(blocks: object) -> None:
-        if not isinstance(blocks, list):
-            return
-        for block in blocks:
-            if not isinstance(block, dict):
-                continue
-            source = block.get("source")
-            if isinstance(source, dict) and source.get("type") == "file":
-                file_id = source.get("file_id")
-                if isinstance(file_id, str):
-                    found.append(file_id)
-            walk(block.get("content"))
-
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if isinstance(messages, list):
-        for message in messages:
-            if isinstance(message, dict):
-                walk(message.get("content"))
-    return found
 
 
 def check_file_sources(files: SimulatedFiles, body: Any, betas: frozenset[str]) -> None:
