@@ -59,7 +59,7 @@ async def test_the_sdk_uploads_lists_reads_downloads_uses_and_deletes_a_file(
     tmp_path: Path,
 ) -> None:
     async with running_simulator() as sim:
-        settings = proxy_settings(sim, data_dir=str(tmp_path / "d"))
+        settings = proxy_settings(sim, data_dir=str(tmp_path / "d"), metrics_enabled=True)
         async with running_proxy(settings) as url:
             client = anthropic_client(url)
             files = client.beta.files
@@ -88,6 +88,13 @@ async def test_the_sdk_uploads_lists_reads_downloads_uses_and_deletes_a_file(
             assert gone.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
             assert (await files.list(betas=BETAS)).data == []
             assert await _upstream_files(sim) == []
+            async with httpx2.AsyncClient() as http:
+                metrics = (await http.get(f"{url}/metrics")).json()
+            # upload, list, metadata, download, delete, list; the refused metadata
+            assert metrics["by_surface"]["anthropic.files"]["requests"]["by_status"] == {
+                "200": 6,
+                "404": 1,
+            }
             # Without anthropic-version or the beta, /v1/files stays OpenAI's own store.
             openai = openai_client(url)
             batch_input = await openai.files.create(file=("b.jsonl", b"{}\n"), purpose="batch")

@@ -327,17 +327,18 @@ class AnthropicFiles:
         suffix: str = "",
     ) -> int:
         """Metadata, download or delete of an owned file, the answer relayed as it comes."""
-        status = 499
+        outcome = [499]  # until the answer is out: a client that leaves cancels the scope
         async with trio.open_nursery() as nursery:
             # A client that leaves cancels the upstream call (and a download under way).
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
             try:
-                status = await self._relay_call(client, method, found, scope, send, suffix)
+                await self._relay_call(client, method, found, scope, send, suffix, outcome)
             except ProxyError as exc:  # answered here: out of the nursery it would be grouped
                 status, body, headers = anthropic_error_reply(exc)
+                outcome[0] = status
                 await send_json(send, body, status, headers)
             nursery.cancel_scope.cancel()
-        return status
+        return outcome[0]
 
     async def _relay_call(
         self,
@@ -347,7 +348,8 @@ class AnthropicFiles:
         scope: Scope,
         send: Send,
         suffix: str,
-    ) -> int:
+        outcome: list[int],
+    ) -> None:
         response = await client.send(method.encode(), found.id, scope["headers"], suffix=suffix)
         try:
             if response.status_code != 200:
@@ -356,14 +358,15 @@ class AnthropicFiles:
                 raise await client.error(response)
             if method == "DELETE":
                 await self._owned.forget(KIND, found.id)
-            await _relay_body(send, response)
+            if await _relay_body(send, response):
+                outcome[0] = 200
         finally:
             await response.aclose()
-        return 200
 
 
-async def _relay_body(send: Send, response: Any) -> None:
-    """The upstream's 200 answer to the client, chunk by chunk as it arrives."""
+async def _relay_body(send: Send, response: Any) -> bool:
+    """The upstream's 200 answer to the client, chunk by chunk as it arrives; whether it
+    went out whole."""
     kept = relayed_headers(response.headers)
     out = [(name.encode(), value.encode("latin-1")) for name, value in kept.items()]
     for name in ("content-type", "content-length", "content-disposition"):
@@ -376,8 +379,12 @@ async def _relay_body(send: Send, response: Any) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except TRANSPORT_ERRORS:
         log.warning("the upstream cut a file download short")
-        return  # the response is left unfinished: the client sees a cut body
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return False  # the response is left unfinished: the client sees a cut body
+    # Shielded: hypercorn reports the disconnect that ends every request as soon as the
+    # last message is taken, which would cancel this very send.
+    with trio.CancelScope(shield=True):
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return True
 
 
 def _header(headers: Iterable[tuple[bytes, bytes]], wanted: bytes) -> bytes | None:
