@@ -24,6 +24,7 @@ from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
 
+from .edge.anthropic_files import AnthropicFiles
 from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountTokensDoor, MessagesDoor
 from .edge.anthropic_models import anthropic_model, anthropic_model_list
 from .edge.api_routes import rule_for
@@ -192,12 +193,15 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     def keyed() -> bool:
         return tenants.directory.auth_required
 
+    # Anthropic's Files API on the same paths as OpenAI's, told apart per request.
+    anthropic_files = AnthropicFiles(owned, lambda: app.runtime, lambda: tenants.directory)
     endpoint = ApiEndpoint(
-        UploadFlow(app.asgi_app, FILES_PATH),
+        anthropic_files.wrap(UploadFlow(app.asgi_app, FILES_PATH)),
         lambda: app.runtime.pipeline if app.runtime is not None else None,
         {
             CHAT_PATH: OpenAIChatDoor(settings),
-            MESSAGES_PATH: MessagesDoor(owned),  # threads are owned (edge.anthropic_threads)
+            # Threads and file sources are each tenant's own (edge.anthropic_threads, _files).
+            MESSAGES_PATH: MessagesDoor(owned, anthropic_files.known_file),
             COUNT_TOKENS_PATH: CountTokensDoor(),
             RESPONSES_PATH: ResponsesDoor(settings, responses, keyed),
         },

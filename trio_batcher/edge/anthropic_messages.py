@@ -16,12 +16,14 @@ through the gate or a window: it generates nothing, and Claude Code sends it in 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Final, final
 
 from ..errors import ProxyError
 from ..pipeline.contract import JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from ..store.owned import OwnedObjects
+from ..tenants import Tenant
 from ..translation.anthropic_messages import (
     AnthropicMessagesCodec,
     check_count_tokens,
@@ -33,8 +35,12 @@ from ..translation.anthropic_messages import (
 from ..upstream.request import UpstreamRequest, outline
 from ..upstreams.facts import NO_FACTS, FactsOf
 from ..upstreams.fleet import PINNED_UPSTREAM_GONE
+from .anthropic_files import file_ids, file_not_found
 from .anthropic_threads import ThreadOwnership, thread_not_found, thread_request, with_details
 from .http import Incoming
+
+# Whether a tenant may name a file id: its own file (``AnthropicFiles.known_file``).
+KnownFile = Callable[[str, Tenant | None], Awaitable[bool]]
 
 __all__ = ["COUNT_TOKENS_PATH", "MESSAGES_PATH", "SURFACE", "CountTokensDoor", "MessagesDoor"]
 
@@ -101,11 +107,16 @@ class MessagesDoor(_AnthropicDoor):
 
     ``owned``: the ownership table that message threads are recorded in
     (``anthropic_threads``); without it a ``thread`` is relayed unscoped (tests only).
+    ``known_file``: whether a tenant may name a file id (its own file); without it file
+    sources are not checked (tests only).
     """
 
-    def __init__(self, owned: OwnedObjects | None = None) -> None:
+    def __init__(
+        self, owned: OwnedObjects | None = None, known_file: KnownFile | None = None
+    ) -> None:
         super().__init__(SURFACE, generates=True)
         self._threads = ThreadOwnership(owned) if owned is not None else None
+        self._known_file = known_file
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
         reply = super().error_reply(exc)
@@ -119,6 +130,7 @@ class MessagesDoor(_AnthropicDoor):
         try:
             model, stream = check_messages(incoming.payload)
             thread = None if self._threads is None else thread_request(incoming.payload, headers)
+            await self._check_files(incoming)
         except ProxyError as exc:
             raise self.refused(pipeline, exc, incoming) from None
         facts_of = pipeline.route_facts(incoming.tenant, headers)
@@ -140,6 +152,16 @@ class MessagesDoor(_AnthropicDoor):
                 # thread is lost, which the SDKs recover from by replaying it.
                 raise thread_not_found() from None
             raise
+
+    async def _check_files(self, incoming: Incoming) -> None:
+        """A ``file`` source must name a file of the caller's own (``edge.anthropic_files``):
+        another tenant's file, or an unknown id, is Anthropic's 404 for an unknown file,
+        before the upstream (where every tenant's files sit under one key) sees it."""
+        if self._known_file is None:
+            return
+        for file_id in dict.fromkeys(file_ids(incoming.payload)):
+            if not await self._known_file(file_id, incoming.tenant):
+                raise file_not_found(file_id)
 
 
 @final

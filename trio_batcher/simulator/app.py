@@ -36,6 +36,7 @@ from .batches_route import add_batch_routes
 from .bedrock_route import add_bedrock_routes, is_bedrock_invoke
 from .config import SimulatorConfig
 from .errors import SimulatorError
+from .files_api import is_files_route, serve_files
 from .google_tokens import GoogleTokens
 from .messages_route import handle_messages
 from .models import find_model, list_models
@@ -111,6 +112,9 @@ class SimulatorApp(QuartTrio):
             await send(message)
 
         try:
+            if is_files_route(path):  # streamed to disk: its body is not logged
+                await serve_files(state.files, state.config, scope, receive, send_with_headers)
+                return
             if entry is not None:
                 receive = await read_body(receive, entry)
             await super().asgi_app(scope, receive, send_with_headers)

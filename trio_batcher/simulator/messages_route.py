@@ -23,6 +23,7 @@ from .config import SimulatorConfig
 from .delivery import stream_body
 from .errors import DEFAULT_MESSAGES, SimulatorError, error_type_for
 from .faults import FAULT_HEADER, NO_FAULTS, Faults, draw_status, embedded_faults, parse_faults
+from .files_api import check_file_sources
 from .latency import reply_delay, schedule
 from .models import DEFAULT_MAX_OUTPUT_TOKENS, find_model
 from .prompt import InputUsage, analyse_prompt
@@ -108,6 +109,7 @@ async def answer_messages(
     # A thread's ``continue`` is checked and answered as the conversation it continues.
     body, turn = state.threads.resolve(body) if betas else (body, None)
     validate_messages_request(body, api_version=api_version, betas=betas)
+    check_file_sources(state.files, body, betas)
     _check_model(body)
     header = request.headers.get(FAULT_HEADER)
     faults = parse_faults(header) if header else NO_FAULTS

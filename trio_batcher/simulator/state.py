@@ -20,6 +20,7 @@ import trio
 
 from .config import SimulatorConfig
 from .faults import Faults
+from .files_api import SimulatedFiles
 from .overload import OverloadOnDemand, OverloadSchedule
 from .prompt import InputUsage, Prompt, PromptCache
 from .ratelimit import RateLimits
@@ -68,6 +69,8 @@ class SimulatorState:
         self.config = config
         self.stats = SimulatorStats()
         self.received = ReceivedLog(config.request_log_entries)
+        # The Files API's uploads, on disk (``files_api.py``); a reset keeps them.
+        self.files = SimulatedFiles()
         self.cache = PromptCache(config.cache_entries)
         self.rng = random.Random(config.seed)
         self._reset_second = -1

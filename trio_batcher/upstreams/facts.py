@@ -25,7 +25,7 @@ from typing import Any, Final, final
 
 from .conversation import SESSION_HEADER, conversation_key
 
-__all__ = ["NO_FACTS", "FactsOf", "RouteFacts", "anthropic_only", "facts_of"]
+__all__ = ["NO_FACTS", "FactsOf", "RouteFacts", "anthropic_only", "facts_of", "file_ids"]
 
 # Top-level fields of a Messages body that only Anthropic's API serves, and why.
 _ANTHROPIC_FIELDS: Final = (
@@ -76,6 +76,32 @@ def _has_file_source(blocks: Iterable[object]) -> bool:
         if isinstance(inner, list) and _has_file_source(inner):
             return True
     return False
+
+
+def file_ids(body: object) -> list[str]:
+    """Every ``file_id`` a Messages body names in a ``source: {"type": "file"}`` block (a
+    document or an image, in a message or inside a tool result's content), in order."""
+    found: list[str] = []
+
+    def walk(blocks: object) -> None:
+        if not isinstance(blocks, list):
+            return
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            source = block.get("source")
+            if isinstance(source, dict) and source.get("type") == "file":
+                file_id = source.get("file_id")
+                if isinstance(file_id, str):
+                    found.append(file_id)
+            walk(block.get("content"))
+
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict):
+                walk(message.get("content"))
+    return found
 
 
 def facts_of(
