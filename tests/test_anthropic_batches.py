@@ -48,11 +48,11 @@ def _requests(n: int, model: str = SONNET) -> list[dict[str, Any]]:
 
 
 async def _until_ended(client: Any, batch_id: str) -> Any:
-    with trio.fail_after(20):
-        while (batch := await client.messages.batches.retrieve(batch_id)).processing_status != (
-            "ended"
-        ):
+    with trio.fail_after(20):  # polling: the batch ends in another server
+        batch = await client.messages.batches.retrieve(batch_id)
+        while batch.processing_status != "ended":
             await trio.sleep(0.05)
+            batch = await client.messages.batches.retrieve(batch_id)
     return batch
 
 
@@ -120,7 +120,7 @@ async def test_a_tenants_batch_is_its_own_through_the_sdk_across_a_restart_charg
             # Charged in the background (the retrieve that saw it ended) or as the results
             # streamed past, whichever came first: either way once.
             with trio.fail_after(10):
-                while not (view := await _tenant_view(http, url, "team-a")).get("tokens"):
+                while not (view := await _tenant_view(http, url, "team-a")).get("tokens"):  # noqa: ASYNC110
                     await trio.sleep(0.02)
             await trio.sleep(0.3)  # room for a second charge, were there one
             view = await _tenant_view(http, url, "team-a")
@@ -298,9 +298,7 @@ async def test_a_100_mb_results_file_streams_through_with_flat_memory(tmp_path: 
             metrics_enabled=True,
         )
         async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=120) as http:
-            created = await http.post(
-                f"{url}/v1/messages/batches", json={"requests": _requests(1)}
-            )
+            created = await http.post(f"{url}/v1/messages/batches", json={"requests": _requests(1)})
             assert created.status_code == 200
             process = psutil.Process()
             gc.collect()

@@ -71,9 +71,7 @@ def _not_found(batch_id: str) -> ProxyError:
 
 
 def _json(body: Any) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":"), ensure_ascii=False), content_type=_JSON
-    )
+    return Response(json.dumps(body, separators=(",", ":"), ensure_ascii=False), content_type=_JSON)
 
 
 @final
@@ -265,9 +263,7 @@ def register_anthropic_batches(
         if len(raw) < LARGE_BODY_BYTES:
             envelope = parse_create_body(raw)
         else:  # seconds of CPU for a large batch: off the event loop, one at a time
-            envelope = await trio.to_thread.run_sync(
-                parse_create_body, raw, limiter=large_bodies
-            )
+            envelope = await trio.to_thread.run_sync(parse_create_body, raw, limiter=large_bodies)
         if tenant is not None:
             for model in envelope.models:
                 if not tenant.allows_model(model):
@@ -330,9 +326,7 @@ def register_anthropic_batches(
                 async with limiter:
                     found = page.data[i]
                     try:
-                        batch = await client.call(
-                            b"GET", client.path(found.id), headers
-                        )
+                        batch = await client.call(b"GET", client.path(found.id), headers)
                     except ProxyError as exc:
                         if data[i] is None:
                             raise
