@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import trio
 from quart import Response, request
@@ -37,10 +37,14 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..errors import ProxyError
 from ..observatory.latency import Timing
-from ..runtime import Runtime
+from ..observatory.metrics import MetricsRegistry
+from ..pipeline.tenancy import TenantGuard
+from ..settings import Settings
 from ..store.owned import OwnedObject, OwnedObjects
 from ..tenants import Tenant, TenantsWatcher
 from ..upstream.native_batches import BATCHES_PATH, NativeBatchesClient
+from ..upstream.pool import UpstreamPool
+from ..upstreams.fleet import Fleet
 from .anthropic_batch_body import (
     MAX_CREATE_BYTES,
     BatchEnvelope,
@@ -59,6 +63,29 @@ KIND: Final = "batch"
 _MAX_LIST: Final = 1000  # Anthropic's own bound on a page
 _REFRESHES: Final = 8  # batches refreshed from the upstream at once for a list
 _JSON: Final = "application/json"
+
+
+class Runtime(Protocol):
+    """What the routes need of the running app's ``runtime.Runtime``."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def http(self) -> UpstreamPool: ...
+
+    @property
+    def fleet(self) -> Fleet: ...
+
+    @property
+    def guard(self) -> TenantGuard: ...
+
+    @property
+    def metrics(self) -> MetricsRegistry | None: ...
+
+    def record_batch_usage(
+        self, tenant: str | None, model: str, usage: Mapping[str, Any], requests: int
+    ) -> None: ...
 
 
 def _not_found(batch_id: str) -> ProxyError:

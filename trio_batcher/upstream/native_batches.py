@@ -19,8 +19,7 @@ import httpcore2
 
 from ..errors import ProxyError
 from ..settings import Settings
-from .errors import upstream_error
-from .exchange import MAX_ERROR_BYTES
+from .batches import connection_error, error_of
 from .exchange import TRANSPORT_ERRORS as _TRANSPORT_ERRORS
 from .pool import PooledResponse, UpstreamPool
 
@@ -45,7 +44,7 @@ class RelayedStream:
             async for chunk in self._response.aiter_raw():
                 yield chunk
         except _TRANSPORT_ERRORS as exc:
-            raise _connection_error(exc) from None
+            raise connection_error(exc) from None
         finally:
             await self._response.aclose()
 
@@ -81,7 +80,7 @@ class NativeBatchesClient:
             try:
                 raw = await response.read(_MAX_ANSWER_BYTES)
             except _TRANSPORT_ERRORS as exc:
-                raise _connection_error(exc) from None
+                raise connection_error(exc) from None
         finally:
             await response.aclose()
         try:
@@ -123,13 +122,7 @@ class NativeBatchesClient:
         return headers
 
     async def _error(self, response: PooledResponse) -> ProxyError:
-        try:
-            raw = (await response.read(MAX_ERROR_BYTES))[:MAX_ERROR_BYTES]
-        except _TRANSPORT_ERRORS as exc:
-            return _connection_error(exc)
-        if self._secret:
-            raw = raw.replace(self._secret.encode(), b"[redacted]")
-        return upstream_error(response.status_code, raw, response.headers)
+        return await error_of(response, self._secret)
 
     async def _send(
         self, method: bytes, path: str, client_headers: Mapping[str, str], body: bytes
@@ -142,12 +135,4 @@ class NativeBatchesClient:
                 504, "The upstream did not answer in time.", code="upstream_timeout"
             ) from None
         except _TRANSPORT_ERRORS as exc:
-            raise _connection_error(exc) from None
-
-
-def _connection_error(exc: Exception) -> ProxyError:
-    return ProxyError(
-        502,
-        f"Could not reach the upstream ({type(exc).__name__}).",
-        code="upstream_connection_error",
-    )
+            raise connection_error(exc) from None
