@@ -17,6 +17,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 from support import (
+    SIM_KEY,
     _hosting,
     anthropic_client,
     proxy_settings,
@@ -197,7 +198,8 @@ async def test_refusals_are_anthropic_shaped_and_reach_no_upstream(tmp_path: Pat
                 await limited.messages.batches.create(requests=_requests(2))
             assert "claude-sonnet-4-5" in denied.value.message
             allowed = await limited.messages.batches.create(
-                requests=_requests(1, "claude-haiku-4-5")
+                requests=_requests(1, "claude-haiku-4-5"),
+                extra_headers={"anthropic-beta": "some-beta-2026-01-01"},
             )
             assert allowed.id.startswith("msgbatch_")
 
@@ -224,6 +226,11 @@ async def test_refusals_are_anthropic_shaped_and_reach_no_upstream(tmp_path: Pat
             assert garbled.status_code == 400 and garbled.json()["type"] == "error"
         creates = [r for r in await sim.received() if r["method"] == "POST"]
         assert len(creates) == 1  # the allowed one only
+        headers = dict(creates[0]["headers"])
+        assert headers["x-api-key"] == SIM_KEY and headers["anthropic-beta"] == (
+            "some-beta-2026-01-01"
+        )
+        assert KEYS["limited"] not in json.dumps(creates[0])
 
 
 # -- a 100 MB results file passes with flat memory ------------------------------------------

@@ -159,7 +159,11 @@ class _Charges:
             await self.settle(found, tally)
         except ProxyError as exc:
             # Charged later, when the results are read or the batch is seen ended again.
-            log.warning("could not read batch %s's results to charge them: %s", found.id, exc)
+            log.warning(
+                "could not read batch %s's results to charge them: %s", found.id, exc.message
+            )
+        except Exception:  # in the app's nursery: a failure here must not stop the app
+            log.exception("could not charge batch %s", found.id)
         finally:
             self._reading.discard(found.id)
 
@@ -258,9 +262,9 @@ def register_anthropic_batches(
     def forwarded() -> dict[str, str]:
         """The client's headers that go upstream with its call."""
         return {
-            name: value
+            name: ", ".join(values)
             for name in ("anthropic-version", "anthropic-beta")
-            if (value := request.headers.get(name))
+            if (values := request.headers.getlist(name))
         }
 
     async def read_body() -> bytes:
