@@ -50,3 +50,17 @@ async def test_two_deployments_sharing_a_directory_never_see_each_other(tmp_path
     assert (await simulated.page("thread", "team-a")).data == []
     await real.aclose()
     await simulated.aclose()
+
+
+async def test_a_page_after_a_cursor_is_the_one_just_newer_than_it(tmp_path: Path) -> None:
+    # Anthropic's before_id pages back towards the newest: the objects just before the
+    # cursor in the list, not the newest page (which would skip the ones in between).
+    clock = iter(range(100))
+    objects = OwnedObjects(tmp_path, clock=lambda: float(next(clock)))
+    for n in range(6):
+        await objects.record("batch", f"b{n}", "team-a", "up0")
+    back = await objects.page("batch", "team-a", limit=2, after="b1")
+    assert [o.id for o in back.data] == ["b3", "b2"] and back.has_more
+    last = await objects.page("batch", "team-a", limit=2, after="b3")
+    assert [o.id for o in last.data] == ["b5", "b4"] and not last.has_more
+    await objects.aclose()

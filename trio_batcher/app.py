@@ -24,6 +24,8 @@ from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import HTTPException
 
+from .edge.anthropic_batches import BATCHES_PATH as MESSAGE_BATCHES_PATH
+from .edge.anthropic_batches import MAX_CREATE_BYTES, register_anthropic_batches
 from .edge.anthropic_files import AnthropicFiles
 from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountTokensDoor, MessagesDoor
 from .edge.anthropic_models import anthropic_model, anthropic_model_list
@@ -95,6 +97,8 @@ class _ProxyRequest(TrioRequest):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if len(args) > 2 and args[0] == "POST" and args[2] == FILES_PATH:
             kwargs["max_content_length"] = MAX_UPLOAD_BYTES
+        elif len(args) > 2 and args[0] == "POST" and args[2] == MESSAGE_BATCHES_PATH:
+            kwargs["max_content_length"] = MAX_CREATE_BYTES
         super().__init__(*args, **kwargs)
         gate = kwargs.get("scope", {}).get(UPLOAD_GATE)
         if gate is not None:  # read at the pace the upload is written to disk
@@ -209,7 +213,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         tenants=lambda: tenants.directory,
         body_timeout=settings.request_timeout_s,
         body_window=settings.body_read_timeout_s,
-        quart_bodies=frozenset({FILES_PATH, BATCHES_PATH}),
+        quart_bodies=frozenset({FILES_PATH, BATCHES_PATH, MESSAGE_BATCHES_PATH}),
     )
     hosts = HostPolicy(
         endpoint,
@@ -433,6 +437,9 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     app.register_blueprint(
         batches_blueprint(batches, files, keyed, wake_poller, tenant_name, batch_allowed)
     )
+
+    # Native Message Batches, each owned by the tenant that made it.
+    register_anthropic_batches(app, owned=owned, tenants=tenants, runtime=lambda: app.runtime)
 
     @app.post(RESPONSES_PATH)
     @app.post(MESSAGES_PATH)

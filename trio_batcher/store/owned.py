@@ -166,7 +166,9 @@ class OwnedObjects:
     ) -> OwnedPage:
         """``owner``'s objects of ``kind``, newest first, ``limit`` at most, strictly
         before (older than) ``before`` or after (newer than) ``after``: the cursors of
-        Anthropic's list endpoints (``before_id``/``after_id``)."""
+        Anthropic's list endpoints (``before_id``/``after_id``, which count in the list's
+        own order: Anthropic's ``after_id`` is this ``before``). With ``after`` alone, the
+        ``limit`` objects just newer than it."""
         if not self._db.exists() or limit < 1:
             return OwnedPage([], has_more=False)
         query = (
@@ -181,14 +183,22 @@ class OwnedObjects:
                     " WHERE deployment = ? AND kind = ? AND id = ?)"
                 )
                 params += [self._deployment.id, kind, cursor]
-        query += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        # Only ``after``: the ``limit`` objects just newer than it (read oldest first, then
+        # turned round), not the newest ones, so that paging back towards the newest end
+        # skips nothing; ``has_more`` then says whether still newer ones exist.
+        adjacent_newer = after is not None and before is None
+        order = "ASC" if adjacent_newer else "DESC"
+        query += f" ORDER BY created_at {order}, id {order} LIMIT ?"
         params.append(limit + 1)
 
         def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return db.execute(query, params).fetchall()
 
         rows = await self._db.read(read, bulk=True)
-        return OwnedPage([_object(r) for r in rows[:limit]], has_more=len(rows) > limit)
+        chosen = rows[:limit]
+        if adjacent_newer:
+            chosen.reverse()
+        return OwnedPage([_object(r) for r in chosen], has_more=len(rows) > limit)
 
     async def aclose(self) -> None:
         await self._db.aclose()

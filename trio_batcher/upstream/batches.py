@@ -23,7 +23,7 @@ from .exchange import MAX_ERROR_BYTES, MAX_REQUEST_BYTES
 from .exchange import TRANSPORT_ERRORS as _TRANSPORT_ERRORS
 from .pool import PooledResponse, SizedBody, UpstreamPool
 
-__all__ = ["MessageBatchesClient"]
+__all__ = ["MessageBatchesClient", "connection_error", "error_of"]
 
 _BATCHES: Final = "/v1/messages/batches"
 _MAX_ANSWER_BYTES: Final = 1024 * 1024  # a batch object is a few hundred bytes
@@ -83,7 +83,7 @@ class MessageBatchesClient:
                             code="upstream_protocol_error",
                         )
             except _TRANSPORT_ERRORS as exc:
-                raise _connection_error(exc) from None
+                raise connection_error(exc) from None
             if pending.strip():
                 yield bytes(pending)
         finally:
@@ -97,7 +97,7 @@ class MessageBatchesClient:
             try:
                 raw = await response.read(_MAX_ANSWER_BYTES)
             except _TRANSPORT_ERRORS as exc:
-                raise _connection_error(exc) from None
+                raise connection_error(exc) from None
         finally:
             await response.aclose()
         try:
@@ -113,13 +113,7 @@ class MessageBatchesClient:
         return answer
 
     async def _error(self, response: PooledResponse) -> ProxyError:
-        try:
-            raw = (await response.read(MAX_ERROR_BYTES))[:MAX_ERROR_BYTES]
-        except _TRANSPORT_ERRORS as exc:
-            return _connection_error(exc)
-        if self._secret:
-            raw = raw.replace(self._secret.encode(), b"[redacted]")
-        return upstream_error(response.status_code, raw, response.headers)
+        return await error_of(response, self._secret)
 
     async def _send(self, method: bytes, path: str, body: bytes | SizedBody) -> PooledResponse:
         try:
@@ -129,10 +123,22 @@ class MessageBatchesClient:
                 504, "The upstream did not answer in time.", code="upstream_timeout"
             ) from None
         except _TRANSPORT_ERRORS as exc:
-            raise _connection_error(exc) from None
+            raise connection_error(exc) from None
 
 
-def _connection_error(exc: Exception) -> ProxyError:
+async def error_of(response: PooledResponse, secret: str | None) -> ProxyError:
+    """The ``ProxyError`` for an upstream's error answer, with the gateway's key
+    (``secret``) blanked out of its body should the upstream echo it."""
+    try:
+        raw = (await response.read(MAX_ERROR_BYTES))[:MAX_ERROR_BYTES]
+    except _TRANSPORT_ERRORS as exc:
+        return connection_error(exc)
+    if secret:
+        raw = raw.replace(secret.encode(), b"[redacted]")
+    return upstream_error(response.status_code, raw, response.headers)
+
+
+def connection_error(exc: Exception) -> ProxyError:
     return ProxyError(
         502,
         f"Could not reach the upstream ({type(exc).__name__}).",
