@@ -72,3 +72,31 @@ def test_the_compatibility_doc_lists_every_route_family_with_its_rule() -> None:
             rf"^\| `{re.escape(rule.prefix)}` \|[^\n]*\| {rule.treatment} \|", text, re.M
         )
         assert row, f"docs/compatibility.md has no row for {rule.prefix} ({rule.treatment})"
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        "container_011CQ",
+        {"id": "container_011CQ"},
+        {"skills": [{"type": "custom", "skill_id": "s"}]},
+    ],
+)
+async def test_a_container_by_id_or_with_skills_is_refused_before_the_upstream(
+    container: object,
+) -> None:
+    """A code execution container and skills live under the gateway's one key: naming one
+    is refused with the reason, in Anthropic's shape, and never reaches the upstream."""
+    body = {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "container": container,
+    }
+    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+        answer = await http.post(f"{url}/v1/messages", headers=ANTHROPIC, json=body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert "container" in error["message"] and "not relayed" in error["message"]
+        assert await sim.received() == []

@@ -185,20 +185,28 @@ def test_features_only_anthropic_carries_are_found_where_they_hide() -> None:
 async def test_a_feature_only_anthropic_carries_is_refused_by_a_cloud_only_gateway(
     kind: str,
 ) -> None:
+    """The MCP connector is Anthropic's API's alone: a gateway of clouds says so, before
+    any call. (A file source is checked first against the caller's own files: an id the
+    gateway did not see uploaded is a 404 for an unknown file, test_anthropic_files.py.)"""
     async with (
         gateway_and_simulator(kind, SimulatorConfig()) as (url, sim),
         httpx2.AsyncClient(timeout=30) as http,
     ):
-        body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [FILE_SOURCE]}
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "messages": ASK,
+            "mcp_servers": [{"type": "url", "url": "https://mcp.example/sse", "name": "x"}],
+        }
         reply = await http.post(
             f"{url}/v1/messages",
             json=body,
-            headers={"anthropic-version": "2023-06-01", "anthropic-beta": "files-api-2025-04-14"},
+            headers={"anthropic-version": "2023-06-01", "anthropic-beta": "mcp-client-2025-04-04"},
         )
         assert reply.status_code == 400, reply.text
         error = reply.json()["error"]
         assert error["type"] == "invalid_request_error"
-        assert "Files API" in error["message"]
+        assert "MCP connector" in error["message"]
         assert [e for e in await sim.received() if e["path"] != "/token"] == []
 
 
@@ -219,13 +227,28 @@ async def test_a_mixed_fleet_sends_anthropic_only_features_to_the_anthropic_upst
         with environment(variables):
             settings = Settings(upstreams_file=str(path), data_dir=str(tmp_path / "data"))
             async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=30) as http:
-                headers = {"anthropic-version": "2023-06-01"}
+                beta = {"anthropic-version": "2023-06-01", "anthropic-beta": "files-api-2025-04-14"}
+                uploaded = await http.post(
+                    f"{url}/v1/files",
+                    headers=beta,
+                    files={"file": ("notes.txt", b"some notes", "text/plain")},
+                )
+                assert uploaded.status_code == 200, uploaded.text
+                file_id = uploaded.json()["id"]
+                source = {
+                    "role": "user",
+                    "content": [
+                        {"type": "document", "source": {"type": "file", "file_id": file_id}},
+                        {"type": "text", "text": "Summarise the document."},
+                    ],
+                }
+                headers = beta
                 for n in range(4):
                     body = {
                         "model": "claude-sonnet-4-5",
                         "max_tokens": 16,
                         "messages": [
-                            FILE_SOURCE,
+                            source,
                             {"role": "assistant", "content": f"{n}"},
                             {"role": "user", "content": "go on"},
                         ],
@@ -239,7 +262,8 @@ async def test_a_mixed_fleet_sends_anthropic_only_features_to_the_anthropic_upst
                     ok = await http.post(f"{url}/v1/messages", json=plain, headers=headers)
                     assert ok.status_code == 200, ok.text
                 received = await sim.received()
-    paths = [(e["path"], "file_id" in e["body"]) for e in received]
+    calls = [e for e in received if not e["path"].startswith("/v1/files")]
+    paths = [(e["path"], "file_id" in e["body"]) for e in calls]
     assert all(path == "/v1/messages" for path, has_file in paths if has_file)
     assert sum(1 for _, has_file in paths if has_file) == 4
     assert any(path.startswith("/model/") for path, _ in paths)  # plain ones used Bedrock

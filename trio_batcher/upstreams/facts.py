@@ -72,6 +72,8 @@ def _has_file_source(blocks: Iterable[object]) -> bool:
         source = block.get("source")
         if isinstance(source, dict) and source.get("type") == "file":
             return True
+        if block.get("type") == "container_upload":
+            return True
         inner = block.get("content")  # a tool result's own blocks
         if isinstance(inner, list) and _has_file_source(inner):
             return True
@@ -80,7 +82,8 @@ def _has_file_source(blocks: Iterable[object]) -> bool:
 
 def file_ids(body: object) -> list[str]:
     """Every ``file_id`` a Messages body names in a ``source: {"type": "file"}`` block (a
-    document or an image, in a message or inside a tool result's content), in order."""
+    document or an image, in a message or inside a tool result's content) or a
+    ``container_upload`` block (a file for code execution), in order."""
     found: list[str] = []
 
     def walk(blocks: object) -> None:
@@ -92,6 +95,10 @@ def file_ids(body: object) -> list[str]:
             source = block.get("source")
             if isinstance(source, dict) and source.get("type") == "file":
                 file_id = source.get("file_id")
+                if isinstance(file_id, str):
+                    found.append(file_id)
+            if block.get("type") == "container_upload":  # a file for code execution
+                file_id = block.get("file_id")
                 if isinstance(file_id, str):
                     found.append(file_id)
             walk(block.get("content"))

@@ -51,7 +51,24 @@ def check_messages(payload: object) -> tuple[str, bool]:
         raise _invalid("max_tokens: Input should be a valid integer")
     if "stream" in payload and not isinstance(payload["stream"], bool):
         raise _invalid("stream: Input should be a valid boolean")
+    _check_container(payload.get("container"))
     return model, stream
+
+
+def _check_container(container: object) -> None:
+    """Refuse reusing a code execution container by id, or loading skills into one: both
+    name state Anthropic keeps under the gateway's one upstream key, which every tenant
+    shares (an id another tenant could name), and the gateway cannot scope per tenant yet
+    (``edge.api_routes``). A request without them gets a fresh container of its own."""
+    if isinstance(container, str) or (
+        isinstance(container, dict) and (container.get("id") or container.get("skills"))
+    ):
+        raise _invalid(
+            "container: reusing a code execution container by id, or loading skills into "
+            "one, is not relayed by this gateway: containers and skills live under the "
+            "gateway's one upstream key, shared by every tenant. Send the request without "
+            "them: a fresh container is made for it."
+        )
 
 
 def check_count_tokens(payload: object) -> str:
