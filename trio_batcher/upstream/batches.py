@@ -23,7 +23,7 @@ from .exchange import MAX_ERROR_BYTES, MAX_REQUEST_BYTES
 from .exchange import TRANSPORT_ERRORS as _TRANSPORT_ERRORS
 from .pool import PooledResponse, SizedBody, UpstreamPool
 
-__all__ = ["MessageBatchesClient", "connection_error", "error_of"]
+__all__ = ["MessageBatchesClient", "batch_answer", "connection_error", "error_of"]
 
 _BATCHES: Final = "/v1/messages/batches"
 _MAX_ANSWER_BYTES: Final = 1024 * 1024  # a batch object is a few hundred bytes
@@ -91,26 +91,7 @@ class MessageBatchesClient:
 
     async def _json(self, method: bytes, path: str, body: bytes | SizedBody) -> dict[str, Any]:
         response = await self._send(method, path, body)
-        try:
-            if response.status_code != 200:
-                raise await self._error(response)
-            try:
-                raw = await response.read(_MAX_ANSWER_BYTES)
-            except _TRANSPORT_ERRORS as exc:
-                raise connection_error(exc) from None
-        finally:
-            await response.aclose()
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict) or not isinstance(answer.get("id"), str):
-            raise ProxyError(
-                502,
-                "The upstream answered 200 with a body that is not a Message Batch.",
-                code="upstream_protocol_error",
-            )
-        return answer
+        return await batch_answer(response, self._secret)
 
     async def _error(self, response: PooledResponse) -> ProxyError:
         return await error_of(response, self._secret)
@@ -124,6 +105,32 @@ class MessageBatchesClient:
             ) from None
         except _TRANSPORT_ERRORS as exc:
             raise connection_error(exc) from None
+
+
+async def batch_answer(response: PooledResponse, secret: str | None) -> dict[str, Any]:
+    """Read and close an answer that must be a batch (or a deletion's receipt): a JSON
+    object with an ``id``. The upstream's own error for anything but a 200 (``error_of``);
+    a 502 ``upstream_protocol_error`` for a 200 that is not one."""
+    try:
+        if response.status_code != 200:
+            raise await error_of(response, secret)
+        try:
+            raw = await response.read(_MAX_ANSWER_BYTES)
+        except _TRANSPORT_ERRORS as exc:
+            raise connection_error(exc) from None
+    finally:
+        await response.aclose()
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or not isinstance(answer.get("id"), str):
+        raise ProxyError(
+            502,
+            "The upstream answered 200 with a body that is not a Message Batch.",
+            code="upstream_protocol_error",
+        )
+    return answer
 
 
 async def error_of(response: PooledResponse, secret: str | None) -> ProxyError:

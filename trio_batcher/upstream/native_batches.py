@@ -10,7 +10,6 @@ upstream, and the gateway's never comes back in an error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, final
 from urllib.parse import quote
@@ -19,7 +18,7 @@ import httpcore2
 
 from ..errors import ProxyError
 from ..settings import Settings
-from .batches import connection_error, error_of
+from .batches import batch_answer, connection_error, error_of
 from .exchange import TRANSPORT_ERRORS as _TRANSPORT_ERRORS
 from .pool import PooledResponse, UpstreamPool
 
@@ -74,26 +73,7 @@ class NativeBatchesClient:
     ) -> dict[str, Any]:
         """One call whose answer is a JSON object (a batch, or a deletion's receipt)."""
         response = await self._send(method, path, client_headers, body)
-        try:
-            if response.status_code != 200:
-                raise await self._error(response)
-            try:
-                raw = await response.read(_MAX_ANSWER_BYTES)
-            except _TRANSPORT_ERRORS as exc:
-                raise connection_error(exc) from None
-        finally:
-            await response.aclose()
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict) or not isinstance(answer.get("id"), str):
-            raise ProxyError(
-                502,
-                "The upstream answered 200 with a body that is not a Message Batch.",
-                code="upstream_protocol_error",
-            )
-        return answer
+        return await batch_answer(response, self._secret)
 
     async def stream(self, path: str, client_headers: Mapping[str, str]) -> RelayedStream:
         """A ``GET`` whose body is relayed as it arrives (a batch's results); raises the
