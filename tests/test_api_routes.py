@@ -100,3 +100,29 @@ async def test_a_container_by_id_or_with_skills_is_refused_before_the_upstream(
         assert error["type"] == "invalid_request_error"
         assert "container" in error["message"] and "not relayed" in error["message"]
         assert await sim.received() == []
+
+
+async def test_an_owned_object_whose_upstream_left_the_configuration_says_so(
+    tmp_path: Path,
+) -> None:
+    """A batch and a file recorded on an upstream the gateway no longer sends them to (the
+    upstreams file changed) are a 404 naming that upstream: no other organisation knows
+    their ids, so they are never asked of the wrong one."""
+    from support import proxy_settings, running_proxy, running_simulator
+
+    from trio_batcher.store.deployment import deployment_of
+    from trio_batcher.store.owned import OwnedObjects
+
+    async with running_simulator() as sim:
+        settings = proxy_settings(sim, data_dir=str(tmp_path))
+        owned = OwnedObjects(tmp_path, deployment=deployment_of(settings))
+        await owned.record("batch", "msgbatch_old", "", "retired")
+        await owned.record("file", "file_old", "", "retired")
+        await owned.aclose()
+        async with running_proxy(settings) as url, httpx2.AsyncClient() as http:
+            headers = {**ANTHROPIC, "anthropic-beta": "files-api-2025-04-14"}
+            for path in ("/v1/messages/batches/msgbatch_old", "/v1/files/file_old"):
+                answer = await http.get(f"{url}{path}", headers=headers)
+                assert answer.status_code == 404, answer.text
+                assert "'retired'" in answer.json()["error"]["message"]
+            assert await sim.received() == []

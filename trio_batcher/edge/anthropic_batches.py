@@ -51,6 +51,7 @@ from .anthropic_batch_body import (
     ResultsTally,
     parse_create_body,
 )
+from .api_routes import moved_away
 from .auth import client_key
 from .body import LARGE_BODY_BYTES
 
@@ -226,6 +227,9 @@ def register_anthropic_batches(
         found = await owned.get(KIND, batch_id, caller()[0])
         if found is None:
             raise _not_found(batch_id)
+        if found.upstream != upstream()[0]:
+            # Pinned to the upstream that holds it: no other organisation knows the id.
+            raise moved_away("batch", batch_id, found.upstream)
         return found
 
     def counted(

@@ -49,6 +49,7 @@ from ..upstream.exchange import TRANSPORT_ERRORS
 from ..upstream.pool import UpstreamPool
 from ..upstreams.facts import file_ids
 from ..upstreams.fleet import Fleet
+from .api_routes import moved_away
 from .auth import client_key, proxy_key_error
 from .http import ASGIApp, Receive, Scope, Send, cancel_on_disconnect, send_json
 
@@ -228,18 +229,25 @@ class AnthropicFiles:
         if not parts and method == "GET":
             return await self._list(owner, scope, send)
         if len(parts) == 1 and method in ("GET", "DELETE"):
-            found = await self._owned.get(KIND, parts[0], owner)
-            if found is None:
-                raise file_not_found(parts[0])
+            found = await self._held(rt, parts[0], owner)
             return await self._relay(client, method, found, scope, receive, send)
         if len(parts) == 2 and parts[1] == "content" and method == "GET":
-            found = await self._owned.get(KIND, parts[0], owner)
-            if found is None:
-                raise file_not_found(parts[0])
+            found = await self._held(rt, parts[0], owner)
             return await self._relay(client, method, found, scope, receive, send, "/content")
         if len(parts) <= 2:
             raise ProxyError(405, f"Method {method} is not allowed on {scope['path']}.")
         raise ProxyError(404, f"Unknown route: {method} {scope['path']}.", type="not_found_error")
+
+    async def _held(self, rt: Runtime, file_id: str, owner: str) -> OwnedObject:
+        """``owner``'s file ``file_id``, held by the upstream the gateway sends files to:
+        another owner's or an unknown id is Anthropic's 404; one whose upstream is no
+        longer that one is a 404 that says so (no other organisation knows the id)."""
+        found = await self._owned.get(KIND, file_id, owner)
+        if found is None:
+            raise file_not_found(file_id)
+        if found.upstream != _files_upstream(rt):
+            raise moved_away("file", file_id, found.upstream)
+        return found
 
     async def _upload(
         self,

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-__all__ = ["ROUTES", "RouteRule", "rule_for"]
+from ..errors import ProxyError
+
+__all__ = ["ROUTES", "RouteRule", "moved_away", "rule_for"]
 
 Treatment = Literal["served", "owned", "refused"]
 
@@ -79,3 +81,16 @@ def rule_for(path: str) -> RouteRule | None:
         ):
             best = rule
     return best
+
+
+def moved_away(kind: str, object_id: str, upstream: str) -> ProxyError:
+    """The 404 for an owned object whose upstream is no longer the one the gateway sends
+    such objects to (the upstreams file changed): only the organisation that made it knows
+    its id, so it cannot be reached through another."""
+    return ProxyError(
+        404,
+        f"The {kind} {object_id} is held by the upstream {upstream!r}, which no longer "
+        f"serves {kind}s on this gateway (UPSTREAMS_FILE changed); it cannot be reached "
+        "through another upstream.",
+        type="not_found_error",
+    )
