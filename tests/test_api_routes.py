@@ -43,7 +43,10 @@ def test_each_path_finds_its_family_by_whole_segments() -> None:
 async def test_a_route_keeping_unscoped_state_is_refused_with_its_reason(
     method: str, path: str
 ) -> None:
-    async with proxy_and_simulator() as (url, sim), httpx2.AsyncClient() as http:
+    async with (
+        proxy_and_simulator(metrics_enabled=True) as (url, sim),
+        httpx2.AsyncClient() as http,
+    ):
         answer = await http.request(method, f"{url}{path}", headers=ANTHROPIC, json={})
         assert answer.status_code == 400, answer.text
         error = answer.json()
@@ -54,6 +57,8 @@ async def test_a_route_keeping_unscoped_state_is_refused_with_its_reason(
         assert openai.status_code == 400
         assert openai.json()["error"]["code"] == "unsupported_by_gateway"
         assert await sim.received() == []
+        rejected = (await http.get(f"{url}/metrics")).json()["rejected"]["by_reason"]
+        assert rejected == {"unsupported_by_gateway": 2}
 
 
 async def test_an_unknown_path_says_it_is_no_route_the_gateway_serves() -> None:

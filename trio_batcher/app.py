@@ -319,6 +319,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             if rule is not None and rule.treatment == "refused":
                 # A route of Anthropic's API that keeps unscoped state or administers the
                 # gateway's organisation: refused, never relayed (edge.api_routes).
+                app.record_rejected("unsupported_by_gateway")
                 return _error_response(
                     ProxyError(
                         400,
