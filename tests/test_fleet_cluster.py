@@ -180,3 +180,46 @@ async def test_each_upstreams_cap_holds_across_instances(
     assert stats[0]["max_in_flight"] <= 2 and stats[1]["max_in_flight"] <= 3
     assert all(s["by_status"]["200"] > 0 for s in stats)
     assert set(cluster["upstream_slots"]) == {"up0", "up1"}
+
+
+async def test_an_upstreams_cap_still_holds_across_instances_while_redis_is_away(
+    redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One upstream, cap 4, two instances that have seen each other: Redis stopped, 40
+    concurrent slow calls over both still never put more than 4 in flight at the upstream
+    (each instance falls back to its share, 2), and none fails."""
+    monkeypatch.setenv("FLEET_KEY_0", SIM_KEY)
+    async with running_simulator(SimulatorConfig(ttft_ms=100)) as up0:
+        path = tmp_path / "upstreams.toml"
+        path.write_text(upstreams_toml([up0], max_concurrency=[4]))
+        settings = _settings(path, tmp_path, redis.url, cap=64).replace(redis_timeout_s=0.2)
+        async with (
+            running_proxy(settings) as a,
+            running_proxy(settings) as b,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            with trio.fail_after(10):  # each has counted the other (a heartbeat)
+                for url in (a, b):
+                    while (await http.get(f"{url}/metrics")).json()["cluster"][  # noqa: ASYNC110
+                        "instances_alive"
+                    ] != 2:
+                        await trio.sleep(0.05)
+            await redis.astop()
+            statuses: list[int] = []
+
+            async def one(n: int) -> None:
+                reply = await http.post(
+                    f"{(a, b)[n % 2]}/v1/messages",
+                    json=_turn(f"while redis is away {n}"),
+                    headers={"anthropic-version": "2023-06-01"},
+                )
+                statuses.append(reply.status_code)
+
+            async with trio.open_nursery() as nursery:
+                for n in range(40):
+                    nursery.start_soon(one, n)
+            mode = (await http.get(f"{a}/metrics")).json()["cluster"]["mode"]
+        stats = await up0.stats()
+    assert statuses == [200] * 40
+    assert mode == "fallback"
+    assert 0 < stats["max_in_flight"] <= 4
