@@ -97,15 +97,19 @@ async def test_the_acquire_script_grants_against_the_shared_limit_and_tells_the_
     a.on_overload(0)
     await a.flush()  # limit 5
     assert b.epoch == 0
-    for i in range(5):
-        await sem_b.acquire(f"b{i}")
-    assert (b.limit, b.epoch, sem_b.seen_capacity) == (5, 1, 5)  # learnt from the replies
-    with trio.move_on_after(0.3) as waited:
-        await sem_a.acquire("a0")  # the sixth call, though the cap is 10
-    assert waited.cancelled_caught
-    await sem_b.release("b0")
-    with trio.fail_after(2):
-        await sem_a.acquire("a0")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sem_a.run)
+        await nursery.start(sem_b.run)
+        for i in range(5):
+            await sem_b.acquire(f"b{i}")
+        assert (b.limit, b.epoch, sem_b.seen_capacity) == (5, 1, 5)  # learnt from the reply
+        with trio.move_on_after(0.3) as waited:
+            await sem_a.acquire("a0")  # the sixth call, though the cap is 10
+        assert waited.cancelled_caught
+        await sem_b.release("b0")  # b gives it back: a said it was short
+        with trio.fail_after(2):
+            await sem_a.acquire("a0")
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_raise_wakes_a_waiting_head_on_another_instance(

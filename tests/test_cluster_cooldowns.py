@@ -1,23 +1,31 @@
-"""SharedCooldowns against a real redis-server, and the cooldown read inside the acquire."""
+"""SharedCooldowns against a real redis-server, and the watch that brings the others' holds
+to each instance."""
 
 from __future__ import annotations
 
 import trio
 
-from trio_batcher.cluster import CooldownView, LeaseSemaphore, RedisLink, SharedCooldowns
+from trio_batcher.cluster import CooldownView, RedisLink, SharedCooldowns
+from trio_batcher.cluster.cooldowns import CooldownWatch
+from trio_batcher.upstream.resilience import Resilience, ResilienceConfig
 
 
-async def test_a_hold_seen_by_one_instance_reaches_the_others_acquire(
+async def test_a_hold_seen_by_one_instance_reaches_the_others_resilience(
     two_links: tuple[RedisLink, RedisLink],
 ) -> None:
     a, b = two_links
-    await SharedCooldowns(a).hold("claude-x", 2.0, reason="rate_limited")
-    sem_b = LeaseSemaphore(b, "upstream", 4, ttl_s=3, instance_id="b")
-    grant = await sem_b.acquire("r1", scope="claude-x")  # one round trip: slot and cooldown
-    assert 1.9 < grant.cooldown.remaining_s <= 2.0
-    assert grant.cooldown.reason == "rate_limited"
-    other_model = await sem_b.acquire("r2", scope="claude-y")
-    assert other_model.cooldown == CooldownView(0.0, None)
+    resilience = Resilience(ResilienceConfig())
+    watch = CooldownWatch(b, resilience)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watch.run)
+        await SharedCooldowns(a).hold("claude-x", 2.0, reason="rate_limited")
+        with trio.fail_after(0.5):  # announced: well before the watch's own poll (1 s)
+            while not watch.adopted:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.005)
+        nursery.cancel_scope.cancel()
+    now = trio.current_time()
+    assert 1.5 < resilience.cooling_until("claude-x") - now <= 2.0
+    assert resilience.cooling_until("claude-y") <= now  # a model's hold holds only that model
 
 
 async def test_the_shared_hold_holds_every_scope_and_the_longer_one_wins(

@@ -98,6 +98,7 @@ class FakeLink:
         channel: str,
         on_message: Callable[[], None],
         *,
+        ignore: str | None = None,
         max_backoff_s: float = 2.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -106,11 +107,21 @@ class FakeLink:
         await trio.sleep_forever()
 
 
+def reply(block: int, target: int, *, capacity: int = 8) -> list[int]:
+    """A SYNC reply: block, target, capacity, epoch, alive, every block, the others',
+    lost, in use, others short, others wanting."""
+    return [block, target, capacity, 0, 1, block, 0, 0, block, 0, 0]
+
+
 def granting(name: str, args: Sequence[Any]) -> Any:
-    return {"lease_acquire": [1, 1, 0, "", 8, 0, 1], "lease_renew": [1], "lease_release": 1}[name]
+    """Redis with room for everything: a block of what is wanted, at least 4."""
+    assert name == "lease_sync"
+    keep, want, idle = int(args[5]), int(args[7]), args[9] == "1"
+    block = 0 if idle else max(keep, want, 4)
+    return reply(block, block)
 
 
-async def test_leases_are_renewed_every_third_of_the_ttl_and_not_when_idle(
+async def test_the_block_is_renewed_every_third_of_the_ttl_and_given_back_when_idle(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     link = FakeLink(granting)
@@ -118,23 +129,32 @@ async def test_leases_are_renewed_every_third_of_the_ttl_and_not_when_idle(
     async with trio.open_nursery() as nursery:
         await nursery.start(sem.run)
         await sem.acquire("a")  # at 0.000, answered at 0.001
+        for i in range(20):
+            await sem.acquire(f"quick{i}")  # from the block: no round trip
+            await sem.release(f"quick{i}")
         await trio.sleep(3.2 - trio.current_time())
         await sem.release("a")
-        await trio.sleep(5.0)  # idle: nothing to renew, no round trip
+        await trio.sleep(5.0)  # idle: the block went back at 4.0, nothing more to renew
         nursery.cancel_scope.cancel()
-    renewals = [(t, args) for t, name, args in link.calls if name == "lease_renew"]
-    assert renewals == [(1.0, [3000, "{fake}:sem:u:released", "i/a"])] + [
-        (t, [3000, "{fake}:sem:u:released", "i/a"]) for t in (2.0, 3.0)
+    # (time, keep, used, want, idle) of every sync.
+    syncs = [(t, a[5], a[6], a[7], a[9]) for t, _, a in link.calls]
+    assert syncs == [
+        (0.0, 0, 0, 1, "0"),
+        (1.0, 4, 1, 1, "0"),
+        (2.0, 4, 1, 1, "0"),
+        (3.0, 4, 1, 1, "0"),
+        (4.0, 0, 0, 0, "1"),
     ]
+    assert sem.statistics().block == 0
 
 
 async def test_a_failed_renewal_is_counted_and_the_next_one_keeps_the_schedule(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    failures = iter([True, False, False])
+    failures = iter([False, True, False, False])
 
     def flaky(name: str, args: Sequence[Any]) -> Any:
-        if name == "lease_renew" and next(failures):
+        if next(failures):
             raise ClusterUnavailable("down")
         return granting(name, args)
 
@@ -145,29 +165,28 @@ async def test_a_failed_renewal_is_counted_and_the_next_one_keeps_the_schedule(
         await sem.acquire("a")
         await trio.sleep(1.0)
         nursery.cancel_scope.cancel()
-    renew_times = [round(t, 6) for t, name, _ in link.calls if name == "lease_renew"]
-    assert renew_times == [0.3, 0.6, 0.9]
+    assert [round(t, 6) for t, _, _ in link.calls] == [0.0, 0.3, 0.6, 0.9]
     assert sem.statistics().renew_failures == 1
+    assert sem.statistics().held == 1
 
 
-async def test_a_refused_head_backs_off_and_a_release_message_wakes_it_at_once(
+async def test_a_short_head_backs_off_and_a_message_wakes_it_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     free_at = 0.5
 
     def full_until(name: str, args: Sequence[Any]) -> Any:
-        if name == "lease_acquire":
-            return (
-                [1, 1, 0, "", 8, 0, 1] if trio.current_time() >= free_at else [0, 1, 0, "", 8, 0, 1]
-            )
-        return granting(name, args)
+        keep, want = int(args[5]), int(args[7])
+        if trio.current_time() >= free_at:
+            return reply(want, want, capacity=2)
+        return reply(keep, want, capacity=2)  # short of its target: the others' blocks
 
     link = FakeLink(full_until)
-    sem = LeaseSemaphore(link, "u", 1, ttl_s=3.0, instance_id="i")
+    sem = LeaseSemaphore(link, "u", 2, ttl_s=3.0, instance_id="i")
     async with trio.open_nursery() as nursery:
         await nursery.start(sem.run)
-        await sem.acquire("first")  # refused until 0.5: the safety-net poll
-        attempts = [round(t, 6) for t, name, _ in link.calls if name == "lease_acquire"]
+        await sem.acquire("first")  # short until 0.5: the safety-net poll
+        attempts = [round(t, 6) for t, _, _ in link.calls]
         # 20 ms doubling to the 250 ms cap, each after a 1 ms round trip.
         assert attempts == [0.0, 0.021, 0.062, 0.143, 0.304, 0.555]
         link.calls.clear()
@@ -183,7 +202,7 @@ async def test_a_refused_head_backs_off_and_a_release_message_wakes_it_at_once(
         await trio.sleep(0.1)
         free_at = trio.current_time()
         assert link.on_message is not None
-        link.on_message()  # a release elsewhere: no waiting for the poll
+        link.on_message()  # another instance gave back: no waiting for the poll
         with trio.fail_after(0.002):
             await got_second.wait()
         # granted at 0.556, slept 0.1, woken: one round trip (1 ms), not a poll (20 ms)

@@ -1,7 +1,8 @@
-"""LeaseSemaphore against a real redis-server: the cap across instances, crashes, wake-ups.
+"""LeaseSemaphore against a real redis-server: the cap leased in blocks across instances,
+rebalancing, crashes, wake-ups, and no round trip per request.
 
 Two "instances" are two LeaseSemaphores with their own clients (own connections, own
-pub/sub) in this process; one test uses a second Python process. Real Redis time is
+pub/sub) in this process; two tests use a second Python process. Real Redis time is
 involved, so the waits are real, tiny and bounded.
 """
 
@@ -61,14 +62,10 @@ async def instances(
     gc.collect()
 
 
-async def holders(url: str, sem: LeaseSemaphore) -> list[str]:
+async def blocks(url: str, sem: LeaseSemaphore) -> dict[str, int]:
+    """Every instance's block, as Redis holds it."""
     async with coredis.Redis.from_url(url, decode_responses=True) as raw:
-        return list(await raw.zrange(sem._keys[0], 0, -1))
-
-
-async def tickets(url: str, sem: LeaseSemaphore) -> list[str]:
-    async with coredis.Redis.from_url(url, decode_responses=True) as raw:
-        return list(await raw.zrange(sem._keys[1], 0, -1))
+        return {k: int(v) for k, v in (await raw.hgetall(sem._keys[0])).items()}
 
 
 async def test_two_instances_never_exceed_the_cap_and_reach_it_together(
@@ -93,13 +90,53 @@ async def test_two_instances_never_exceed_the_cap_and_reach_it_together(
         async with trio.open_nursery() as nursery:
             for n in range(workers):
                 nursery.start_soon(worker, n)
-        assert await holders(redis_server.url, sems[0]) == []
         assert [s.statistics().held for s in sems] == [0, 0]
+        assert sum((await blocks(redis_server.url, sems[0])).values()) <= cap
     # Not 2 + 2 idle: both instances together reached the whole cap, past either's share.
     assert peak == cap
     assert grants == {0: workers // 2 * rounds, 1: workers // 2 * rounds}
-    # (How full the cap stays is a measurement, not a test: 78-88% of the time here, and it
-    # varies with the machine's load.)
+
+
+async def test_slots_are_granted_without_a_round_trip_per_request(
+    redis_server: RedisServer,
+) -> None:
+    async with instances(redis_server.url, 2, 8) as (a, b):
+        for i in range(300):
+            async with a.slot(f"a{i}"), b.slot(f"b{i}"):
+                pass
+        # A few syncs each to get a block and split the headroom, then every grant is
+        # local (the renewals of a three-second lease do not come within this loop).
+        print(f"syncs for 300 requests each: {a.statistics().syncs}, {b.statistics().syncs}")
+        assert a.statistics().syncs <= 5
+        assert b.statistics().syncs <= 5
+
+
+async def test_two_busy_instances_share_a_binding_cap_about_evenly(
+    redis_server: RedisServer,
+) -> None:
+    cap = 4
+    grants = [0, 0]
+    in_flight = peak = 0
+    async with instances(redis_server.url, 2, cap, ttl_s=0.6) as sems:
+
+        async def worker(n: int) -> None:
+            nonlocal in_flight, peak
+            while True:
+                async with sems[n % 2].slot(f"w{n}"):
+                    in_flight += 1
+                    peak = max(peak, in_flight)
+                    grants[n % 2] += 1
+                    await trio.sleep(0.005)
+                    in_flight -= 1
+
+        async with trio.open_nursery() as nursery:
+            for n in range(12):
+                nursery.start_soon(worker, n)
+            await trio.sleep(1.5)
+            nursery.cancel_scope.cancel()
+        print(f"grants {grants}; syncs {[s.statistics().syncs for s in sems]}")
+    assert peak <= cap
+    assert 0.35 < grants[0] / sum(grants) < 0.65
 
 
 async def test_fifo_within_an_instance(redis_server: RedisServer) -> None:
@@ -120,34 +157,25 @@ async def test_fifo_within_an_instance(redis_server: RedisServer) -> None:
         assert order == [0, 1, 2, 3, 4]
 
 
-async def test_an_instance_that_releases_cannot_starve_an_older_waiter_elsewhere(
-    redis_server: RedisServer,
-) -> None:
-    async with instances(redis_server.url, 2, 1) as (busy, quiet):
-        grants_to_busy = 0
-        quiet_arrived = trio.Event()
-        grants_after_arrival: list[int] = []
+async def test_a_busy_instance_cannot_starve_a_quiet_one(redis_server: RedisServer) -> None:
+    # A cap of 1 and two instances wanting it: the one slot goes by turns (the script's
+    # order moves on every second), and the busy side's block comes back when its call
+    # ends rather than going to its own next waiter.
+    async with instances(redis_server.url, 2, 1, ttl_s=0.6) as (busy, quiet):
 
         async def hog(n: int) -> None:
-            nonlocal grants_to_busy
             while True:
                 async with busy.slot(f"hog{n}"):
-                    grants_to_busy += 1
                     await trio.sleep(0.002)
 
         async with trio.open_nursery() as nursery:
             for n in range(4):
                 nursery.start_soon(hog, n)
             await trio.sleep(0.05)  # the busy instance always has a local waiter ready
-            quiet_arrived.set()
-            before = grants_to_busy
-            with trio.fail_after(2):
+            with trio.fail_after(3):
                 async with quiet.slot("quiet"):
-                    grants_after_arrival.append(grants_to_busy - before)
+                    assert busy.statistics().held == 0
             nursery.cancel_scope.cancel()
-    # Its ticket is older than every later head of the busy instance: served next but one
-    # (the grant already being decided when it arrived may still go to the busy side).
-    assert grants_after_arrival[0] <= 2
 
 
 async def test_a_crashed_holder_frees_its_slots_within_the_ttl(redis_server: RedisServer) -> None:
@@ -161,8 +189,8 @@ async def test_a_crashed_holder_frees_its_slots_within_the_ttl(redis_server: Red
             await survivor.acquire("y")
         waited = trio.current_time() - started
         print(f"slots back after {waited * 1000:.0f} ms (ttl {ttl * 1000:.0f} ms)")
-        assert waited < ttl + 0.3  # the expiry, then at most one safety-net poll (≤ 250 ms)
-        assert sorted(await holders(redis_server.url, survivor)) == ["i1/x", "i1/y"]
+        assert waited < ttl + 0.3  # the expiry, then at most one safety-net poll
+        assert await blocks(redis_server.url, survivor) == {"i1": 2}
 
 
 async def test_a_live_holder_keeps_its_lease_past_the_ttl(redis_server: RedisServer) -> None:
@@ -172,9 +200,9 @@ async def test_a_live_holder_keeps_its_lease_past_the_ttl(redis_server: RedisSer
         with trio.move_on_after(3 * ttl) as scope:
             await other.acquire("blocked")
         assert scope.cancelled_caught  # renewed every ttl/3: never expired
-        assert await holders(redis_server.url, holder) == ["i0/long"]
-        assert await tickets(redis_server.url, holder) == []  # the cancelled waiter's ticket
+        assert (await blocks(redis_server.url, holder))["i0"] == 1
         assert other.statistics().waiting == 0
+        assert holder.statistics().leases_lost == 0
 
 
 async def test_wake_on_release_is_a_message_not_a_poll(redis_server: RedisServer) -> None:
@@ -204,7 +232,8 @@ async def test_wake_on_release_is_a_message_not_a_poll(redis_server: RedisServer
             + ", ".join(f"{x * 1000:.2f}" for x in latencies)
             + f" (median {statistics.median(latencies) * 1000:.2f})"
         )
-        # Woken by the release's message: a poll, backed off by then, takes 160-250 ms.
+        # a gives its slot back at once (b's message told it someone was short), and its
+        # own message wakes b: a poll, backed off by then, takes 160-250 ms.
         assert statistics.median(latencies) < 0.1
 
 
@@ -212,15 +241,14 @@ async def test_acquire_is_idempotent_per_holder_and_release_of_unknown_is_a_no_o
     redis_server: RedisServer,
 ) -> None:
     async with instances(redis_server.url, 1, 2) as (sem,):
-        first = await sem.acquire("same")
-        again = await sem.acquire("same")  # renews, takes nothing more
-        assert (first.in_flight, again.in_flight) == (1, 1)
-        assert await holders(redis_server.url, sem) == ["i0/same"]
+        await sem.acquire("same")
+        await sem.acquire("same")  # takes nothing more
+        assert sem.statistics().held == 1
         await sem.release("same")
         await sem.release("same")
         await sem.release("never-held")
-        assert await holders(redis_server.url, sem) == []
         assert sem.statistics().held == 0
+        assert sem.statistics().block <= 2
 
 
 async def test_raising_the_capacity_wakes_a_waiter_and_lowering_it_lets_holders_finish(
@@ -239,7 +267,7 @@ async def test_raising_the_capacity_wakes_a_waiter_and_lowering_it_lets_holders_
             await trio.sleep(0.1)
             assert not got_b.is_set()
             sem.capacity = 2
-            with trio.fail_after(0.05):  # a local wake-up, not a poll
+            with trio.fail_after(0.05):  # one sync, not a poll
                 await got_b.wait()
         sem.capacity = 1  # both keep their slots; no new one until they are down to 0
         assert sem.statistics().held == 2
@@ -250,7 +278,9 @@ async def test_raising_the_capacity_wakes_a_waiter_and_lowering_it_lets_holders_
         await sem.release("b")
         with trio.fail_after(0.05):
             await sem.acquire("c")
-        assert await holders(redis_server.url, sem) == ["i0/c"]
+        with trio.fail_after(1):
+            while await blocks(redis_server.url, sem) != {"i0": 1}:  # noqa: ASYNC110 (Redis)
+                await trio.sleep(0.01)
 
 
 async def test_cancelled_slot_and_cancelled_waiter_leave_nothing_behind(
@@ -260,34 +290,35 @@ async def test_cancelled_slot_and_cancelled_waiter_leave_nothing_behind(
         with trio.move_on_after(0.05):
             async with a.slot("request"):
                 await trio.sleep_forever()  # the client went away mid-call
-        assert await holders(redis_server.url, a) == []
+        assert a.statistics().held == 0
         await a.acquire("hold")
         with trio.move_on_after(0.05):
             await b.acquire("waiting")
-        assert await tickets(redis_server.url, b) == []
-        assert b.statistics().waiting == 0
+        assert (b.statistics().held, b.statistics().waiting) == (0, 0)
         await a.release("hold")
-        assert a.statistics() == b.statistics().__class__(
-            held=0,
-            waiting=0,
-            in_flight_seen=a.statistics().in_flight_seen,
-            capacity=1,
-            leases_lost=0,
-            renew_failures=0,
-        )
+        assert (a.statistics().held, a.statistics().waiting) == (0, 0)
+        # And the slot is b's for the asking: nothing of the cancelled waiter holds it.
+        with trio.fail_after(2):
+            await b.acquire("later")
 
 
-async def test_an_acquire_cancelled_mid_command_is_released_when_redis_answers() -> None:
+async def test_a_sync_cancelled_mid_command_is_set_right_when_redis_answers() -> None:
     with running_redis() as server:
         async with instances(server.url, 1, 1) as (sem,):
             await sem.acquire("warm")  # scripts loaded, connection up
             await sem.release("warm")
+            with trio.fail_after(2):  # the headroom it kept comes back by itself
+                while await blocks(server.url, sem) != {"i0": 1}:  # noqa: ASYNC110 (Redis)
+                    await trio.sleep(0.01)
+            sem.capacity = 1
             server.pause()
             with trio.move_on_after(0.05):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(trio.to_thread.run_sync, _resume_after, server, 0.1)
-                    await sem.acquire("cut")  # sent; Redis answers only after the cancel
-            assert await holders(server.url, sem) == []  # the shielded release came after it
+                    await sem.renew()  # sent; Redis answers only after the cancel
+            assert sem.statistics().held == 0
+            with trio.fail_after(2):
+                await sem.acquire("after")
 
 
 def _resume_after(server: RedisServer, seconds: float) -> None:
@@ -295,37 +326,58 @@ def _resume_after(server: RedisServer, seconds: float) -> None:
     server.resume()
 
 
-async def test_redis_down_fails_acquire_fast_then_works_after_restart() -> None:
+async def test_redis_down_serves_the_block_then_fails_fast_past_it() -> None:
+    ttl = 0.6
     with running_redis() as server:
-        async with instances(server.url, 1, 2) as (sem,):
+        async with instances(server.url, 1, 2, ttl_s=ttl) as (sem,):
             async with sem.slot("before"):
                 pass
             await server.astop()
+            # The block is leased until its TTL: served locally, Redis or not.
+            await sem.acquire("one")
+            await sem.acquire("two")
             started = trio.current_time()
-            with pytest.raises(ClusterUnavailable):
-                await sem.acquire("during")
-            assert trio.current_time() - started < 0.6  # within the per-command deadline
+            with pytest.raises(ClusterUnavailable), trio.fail_after(2):
+                await sem.acquire("three")  # past the block: only Redis could grow it
+            # The renewer's next attempt (within ttl/3) fails and the head tries itself.
+            assert trio.current_time() - started < ttl / 3 + 2 * 0.5
             assert sem.statistics().waiting == 0
+            await sem.release("one")
+            await sem.release("two")
             await server.astart()
-            with trio.fail_after(2):
+            with trio.fail_after(3):
                 while True:
                     try:
-                        grant = await sem.acquire("after")
+                        await sem.acquire("after")
                         break
                     except ClusterUnavailable:
                         await trio.sleep(0.01)
-            assert grant.in_flight == 1
+            assert sem.statistics().held == 1
 
 
-async def test_acquire_and_release_in_a_row_leave_nothing_behind(redis_server: RedisServer) -> None:
-    # (The round trip's duration is a measurement, reported in the issue's note: p50
-    # 0.4-0.8 ms here. A test only checks what each round trip does.)
-    async with instances(redis_server.url, 1, 4) as (sem,):
-        for i in range(200):
-            grant = await sem.acquire(f"h{i}")
-            assert grant.in_flight == 1
-            await sem.release(f"h{i}")
-        assert await holders(redis_server.url, sem) == []
+async def test_a_slot_released_during_a_renewal_is_given_back_not_kept(
+    redis_server: RedisServer,
+) -> None:
+    async with instances(redis_server.url, 2, 2) as (a, b):
+        await a.acquire("done")
+        await a.acquire("running")
+        assert await blocks(redis_server.url, a) == {"i0": 2}
+        link = a._link
+        real_run = link.run
+
+        async def release_during_the_sync(script: Any, keys: Any, args: Any) -> Any:
+            link.run = real_run  # type: ignore[method-assign]
+            reply = await real_run(script, keys, args)  # sent counting "done" in use
+            await a.release("done")
+            return reply
+
+        link.run = release_during_the_sync  # type: ignore[method-assign]
+        await a.renew()
+        # "done" ended while its use was being reported: the slot is b's for the asking.
+        with trio.fail_after(2):
+            await b.acquire("next")
+        assert (await blocks(redis_server.url, a))["i0"] == 1
+        assert a.statistics().leases_lost == 0
 
 
 PEER = """
@@ -422,25 +474,3 @@ async def test_a_killed_process_gives_its_slots_back_within_the_ttl(
         peer.wait()
         assert peer.stdout is not None
         peer.stdout.close()
-
-
-async def test_a_release_that_overtakes_a_renewal_is_not_undone_by_it(
-    redis_server: RedisServer,
-) -> None:
-    async with open_test_link(redis_server.url, unique_prefix()) as link:
-        sem = LeaseSemaphore(link, "upstream", 2, ttl_s=3.0, instance_id="i0")
-        await sem.acquire("done")
-        await sem.acquire("running")
-        real_run = link.run
-
-        async def release_reaches_redis_first(script: Any, keys: Any, args: Any) -> Any:
-            if script.name == "lease_renew":  # sent naming "done", which ends meanwhile
-                link.run = real_run  # type: ignore[method-assign]
-                await sem.release("done")
-            return await real_run(script, keys, args)
-
-        link.run = release_reaches_redis_first  # type: ignore[method-assign]
-        await sem.renew()
-        # Re-added by the renewal, then released again: only the running call holds a slot.
-        assert await holders(redis_server.url, sem) == ["i0/running"]
-        assert sem.statistics().leases_lost == 0

@@ -104,8 +104,10 @@ async def test_the_cap_holds_across_both_proxies_and_one_alone_can_use_all_of_it
     assert f"trio_batcher_cluster_upstream_cap{label} {float(CAP)}" in text
     assert f"trio_batcher_cluster_instances_alive{label} 2.0" in text
     redis_stats = cluster["redis"]
-    assert redis_stats["failures"] == 0 and redis_stats["commands"] >= 640  # 320 acquires
-    # and as many releases by this proxy at least
+    # 320 requests through this proxy; slots come from its block, not from a round trip
+    # each: what Redis saw is the block's syncs, renewals and the other shared state.
+    assert redis_stats["failures"] == 0 and 0 < redis_stats["commands"] < 160
+    assert cluster["lease_syncs"] < 100
     assert 0 < redis_stats["p50"] <= redis_stats["p99"]
     p99 = redis_stats["p99"] / 1000
     assert (

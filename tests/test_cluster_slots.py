@@ -1,5 +1,5 @@
 """ClusterSlots' choices, with fakes: leases while shared, the fallback share when Redis
-fails, refusing under REDIS_FAILURE=closed, cooldowns adopted from the acquire."""
+fails, refusing under REDIS_FAILURE=closed."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import trio
 import trio.testing
 
 from trio_batcher.cluster.connection import ClusterUnavailable
-from trio_batcher.cluster.cooldowns import CooldownView
 from trio_batcher.cluster.fallback import FallbackState
-from trio_batcher.cluster.leases import Grant
 from trio_batcher.cluster.upstream_slots import ClusterSlots
 from trio_batcher.errors import ProxyError
 from trio_batcher.upstream.resilience import Resilience
@@ -22,11 +20,11 @@ class FakeSemaphore:
     def __init__(self, capacity: int = 8) -> None:
         self.capacity = capacity
         self.down = False
-        self.cooldown = CooldownView(0.0, None)
         self.held: set[str] = set()
         self.released: list[str] = []
         self.renewed = 0
         self.others_seen = 0
+        self.ttl_s = 0.0
 
     @property
     def seen_capacity(self) -> int:
@@ -43,12 +41,11 @@ class FakeSemaphore:
         await trio.lowlevel.checkpoint()
         self.renewed += 1
 
-    async def acquire(self, holder: str, *, scope: str | None = None) -> Grant:
+    async def acquire(self, holder: str, *, scope: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
         if self.down:
             raise ClusterUnavailable("down")
         self.held.add(holder)
-        return Grant(len(self.held), self.cooldown)
 
     async def release(self, holder: str) -> None:
         await trio.lowlevel.checkpoint()
@@ -130,18 +127,6 @@ async def test_fail_closed_refuses_rather_than_guess(
     with pytest.raises(ProxyError) as refused:
         await s.acquire("h")
     assert refused.value.status == 503 and refused.value.code == "shared_state_unavailable"
-
-
-async def test_a_cooldown_read_with_the_lease_is_adopted(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    sem = FakeSemaphore()
-    sem.cooldown = CooldownView(2.0, "rate_limited")
-    s, _ = slots(sem)
-    resilience = s._resilience
-    await s.acquire("h", "claude-x")
-    assert resilience._holding("claude-x").until == pytest.approx(trio.current_time() + 2.0)
-    assert resilience._holding("claude-other").until <= trio.current_time()
 
 
 async def test_a_release_redis_misses_is_left_to_the_lease_expiry(
@@ -289,6 +274,7 @@ class InstanceView:
         self.redis = redis
         self.instance = instance
         self.others_seen = 0
+        self.ttl_s = 0.0
 
     @property
     def seen_capacity(self) -> int:
@@ -310,7 +296,7 @@ class InstanceView:
         if self.redis.down:
             raise ClusterUnavailable("down")
 
-    async def acquire(self, holder: str, *, scope: str | None = None) -> Grant:
+    async def acquire(self, holder: str, *, scope: str | None = None) -> None:
         while True:
             await trio.sleep(0.02)  # a round trip
             if self.redis.down:
@@ -319,7 +305,7 @@ class InstanceView:
             self.others_seen = in_flight - self.held_count
             if in_flight < self.redis.capacity:
                 self.redis.holders[self._member(holder)] = self.instance
-                return Grant(in_flight + 1, CooldownView(0.0, None))
+                return
 
     async def release(self, holder: str) -> None:
         await trio.lowlevel.checkpoint()

@@ -4,8 +4,8 @@ The primitives, each one module with one job:
 
 - ``connection``: ``open_link(ClusterConfig)`` → ``RedisLink`` (key prefix, per-command
   deadline, scripts, pub/sub); every failure is ``ClusterUnavailable``.
-- ``leases``: ``LeaseSemaphore``, the distributed semaphore of leases (the cap).
-- ``cooldowns``: ``SharedCooldowns``, holds on new calls (read by the lease acquire too).
+- ``leases``: ``LeaseSemaphore``, the cap leased to instances in blocks (granted locally).
+- ``cooldowns``: ``SharedCooldowns``, holds on new calls, and ``CooldownWatch``, which adopts them.
 - ``budget``: ``SharedRetryBudget``, the retry budget counted across instances.
 - ``instances``: ``InstanceRegistry``, heartbeats and the count of instances alive.
 - ``spend``: ``RedisSpendStore``, spend per tenant per hour (the tenants' ``SpendStore``).
@@ -32,7 +32,6 @@ from .fallback import Mode as Mode
 from .fallback import fallback_share as fallback_share
 from .instances import InstanceRegistry as InstanceRegistry
 from .instances import new_instance_id as new_instance_id
-from .leases import Grant as Grant
 from .leases import LeaseSemaphore as LeaseSemaphore
 from .leases import LeaseStatistics as LeaseStatistics
 from .spend import RedisSpendStore as RedisSpendStore
@@ -43,7 +42,6 @@ __all__ = [
     "CooldownView",
     "FallbackState",
     "FallbackStatistics",
-    "Grant",
     "InstanceRegistry",
     "LeaseSemaphore",
     "LeaseStatistics",

@@ -120,6 +120,7 @@ class Link(Protocol):
         channel: str,
         on_message: Callable[[], None],
         *,
+        ignore: str | None = ...,
         max_backoff_s: float = ...,
         task_status: trio.TaskStatus[None] = ...,
     ) -> None: ...
@@ -208,10 +209,12 @@ class RedisLink:
         channel: str,
         on_message: Callable[[], None],
         *,
+        ignore: str | None = None,
         max_backoff_s: float = 2.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Call ``on_message()`` for every message on ``channel``, until cancelled.
+        """Call ``on_message()`` for every message on ``channel`` but those whose data is
+        ``ignore`` (a subscriber's own announcements, say), until cancelled.
 
         Also calls it once after every (re)subscription, since what was published while
         unsubscribed is lost. Reports started after the first attempt to subscribe, whether
@@ -234,8 +237,9 @@ class RedisLink:
                     if not started:
                         started = True
                         task_status.started()
-                    async for _message in subscription:
-                        on_message()
+                    async for message in subscription:
+                        if ignore is None or message.get("data") != ignore:
+                            on_message()
             except* Exception as group:
                 # coredis raises groups of ConnectionError / TimeoutError when the connection
                 # is lost, and a ClosedResourceError when cancelled with a dead connection;

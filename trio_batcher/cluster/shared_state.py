@@ -4,7 +4,7 @@
 ``SharedSlots`` (delegating to ``ClusterSlots`` once connected) and it owns, in ``run()``,
 the Redis link and every task that keeps the shared state alive -- the lease renewer and
 release listener, the instance heartbeat, the fallback probe, the publisher of this
-instance's cooldowns, the counter of its requests for the shared retry budget, and (with
+instance's cooldowns and the watch that adopts the others', the counter of its requests for the shared retry budget, and (with
 ``BATCH_ADAPTIVE``) the reporter of the cluster's adaptive limit, which replaces this
 process's own while ``run()`` runs. ``run()`` is started in the app's nursery before the
 dispatcher, so a job never asks for a slot before there is a link; a Redis that is down at
@@ -33,7 +33,7 @@ from .adaptive import SharedAdaptiveLimit
 from .affinity import SharedAffinity
 from .budget import SharedRetryBudget
 from .connection import ClusterConfig, ClusterUnavailable, RedisLink, open_link
-from .cooldowns import SharedCooldowns
+from .cooldowns import CooldownWatch, SharedCooldowns
 from .fallback import FallbackState, Mode
 from .instances import InstanceRegistry, new_instance_id
 from .leases import LeaseSemaphore
@@ -81,6 +81,7 @@ class SharedState:
         self._published = 0
         self._unpublished = 0
         self._budget: SharedRetryBudget | None = None
+        self._cooldown_watch: CooldownWatch | None = None
         self._adaptive: SharedAdaptiveLimit | None = None
         self._link: RedisLink | None = None
         self._requests_to_count = 0
@@ -170,6 +171,8 @@ class SharedState:
                         )
                     await nursery.start(self.fallback.run_probe, link.ping)
                     nursery.start_soon(self._publish, SharedCooldowns(link))
+                    self._cooldown_watch = CooldownWatch(link, self._resilience)
+                    await nursery.start(self._cooldown_watch.run)
                     affinity = SharedAffinity(link, ttl_s=AFFINITY_TTL_S)
                     await nursery.start(affinity.run)
                     self.affinity = affinity
@@ -307,10 +310,16 @@ class SharedState:
             "in_flight_seen": leases.in_flight_seen if leases else None,
             "held_here": (leases.held if leases else 0) + (slots.held_locally if slots else 0),
             "waiting_here": leases.waiting if leases else 0,
+            "block_here": leases.block if leases else 0,
+            "target_here": leases.target if leases else 0,
+            "lease_syncs": leases.syncs if leases else 0,
             "leases_lost": leases.leases_lost if leases else 0,
             "renew_failures": leases.renew_failures if leases else 0,
             "cooldowns_published": self._published,
             "cooldowns_unpublished": self._unpublished,
+            "cooldowns_adopted": (
+                self._cooldown_watch.adopted if self._cooldown_watch is not None else 0
+            ),
             "adaptive_limit": self._adaptive.limit if self._adaptive is not None else None,
             "adaptive_reports_dropped": (
                 self._adaptive.reports_dropped if self._adaptive is not None else 0
@@ -323,6 +332,8 @@ class SharedState:
                     "in_flight_seen": leases.in_flight_seen,
                     "held_here": leases.held + self.upstream_slots[name].held_locally,
                     "waiting_here": leases.waiting,
+                    "block_here": leases.block,
+                    "target_here": leases.target,
                     "leases_lost": leases.leases_lost,
                 }
                 for name, semaphore in self._upstream_leases.items()

@@ -1,13 +1,12 @@
 """The upstream cap shared by every instance: ``admission.SharedSlots`` on a Redis lease
 semaphore, with the fallback for when Redis does not answer.
 
-Theory of operation. While Redis answers, each job's slot is a lease of the
-``LeaseSemaphore`` named ``upstream``, whose capacity is the cap (``BATCH_MAX_CONCURRENCY``),
-or the cluster's adaptive limit when that is on and lower (``adaptive.py``; the acquire
-script reads it). The acquire round trip
-also reads the cooldowns that hold the job's model (the shared one and the model's own);
-one found is adopted by this process's ``Resilience`` before the job starts, so every
-instance waits out a cooldown any of them was told of, with no extra round trip.
+Theory of operation. While Redis answers, each job's slot comes from this instance's block
+of the ``LeaseSemaphore`` named ``upstream``, whose capacity is the cap
+(``BATCH_MAX_CONCURRENCY``), or the cluster's adaptive limit when that is on and lower
+(``adaptive.py``; the sync script reads it). Granting is local; Redis sees the block's
+renewals and rebalancing, not the requests. The cooldowns other instances were told of
+reach this process's ``Resilience`` through ``cooldowns.CooldownWatch``.
 
 When a command fails (down, slow past ``REDIS_TIMEOUT_S``), ``FallbackState`` switches
 this instance to its share of the cap -- the cap in force divided by the instances last seen
@@ -15,15 +14,17 @@ alive, at least 1 -- until a probe finds Redis again. With ``REDIS_FAILURE=close
 refuses instead (503), so that the cap can never be exceeded.
 
 Counting across the two modes. The share bounds *every* upstream call this instance has
-running, not only those admitted in fallback: the calls that took a lease before the outage
-are still running (their leases expire in Redis, not here), so they count against the share
-until they end. The other instances' calls of before the outage count too: while shared,
-one instance may hold more than its share, and its calls outlive the outage's first
-moments. So at the moment of falling back (a synchronous listener of ``FallbackState``)
-this instance notes the others' leases at its last round trip, and allows itself only
-``cap - others`` (never more than its share) until those calls must have ended: the
-longest of its own recent calls (the same upstream, the same kind of traffic), between
-0.5 s and ``settle_max_s``; ``settle_default_s`` when it has made none. The count of
+running, not only those admitted in fallback: the calls granted from its block before the
+outage are still running, so they count against the share until they end. The other
+instances' calls count too: while shared, one instance may hold a block larger than its
+share, and it goes on granting from it until its lease would have ended (an instance
+notices an outage only when it needs Redis), and those calls then run their course. So at
+the moment of falling back (a synchronous listener of ``FallbackState``) this instance
+notes the others' blocks (at most the cap less its own), and allows itself only
+``cap - others`` (never more than its share) until those calls must have ended: a lease
+TTL, plus the longest of its own recent calls (the same upstream, the same kind of
+traffic), at least 0.5 s and at most ``settle_max_s``; ``settle_default_s`` when it has
+made none. The count of
 instances is frozen at the same moment (``InstanceRegistry.freeze``): a Redis that comes
 back empty must not make an instance believe it is alone. The other way round, when Redis answers again, the calls admitted locally
 are still running and Redis knows nothing of them: ``rejoin()`` (run by the owner on every
@@ -46,7 +47,7 @@ import contextlib
 import itertools
 import math
 from collections import deque
-from typing import Final, final
+from typing import final
 
 import trio
 
@@ -58,8 +59,6 @@ from .instances import InstanceRegistry
 from .leases import LeaseSemaphore
 
 __all__ = ["ClusterSlots"]
-
-_REASONS: Final = {"rate_limited": "rate_limited", "overloaded": "overloaded"}
 
 
 @final
@@ -102,8 +101,10 @@ class ClusterSlots:
         if mode is Mode.FALLBACK:
             self._registry.freeze()
             self._others_at_outage = self._semaphore.others_seen
+            # The others may go on granting from their blocks until their leases end (at
+            # most a TTL from now: nobody can renew), and those calls then run their course.
             longest = max(self._holds, default=self._settle_default_s)
-            settle = min(self._settle_max_s, max(0.5, longest))
+            settle = min(self._settle_max_s, max(0.5, longest) + self._semaphore.ttl_s)
             self._settled_at = trio.current_time() + settle
         else:
             # From this very moment, not from when ``rejoin`` runs: a job may ask first.
@@ -143,15 +144,11 @@ class ClusterSlots:
             await self._within_share(until=self._rejoin_until)
             self._reserved += 1
         try:
-            grant = await self._semaphore.acquire(holder, scope=scope)
+            await self._semaphore.acquire(holder, scope=scope)
         finally:
             if rejoining:
                 self._reserved -= 1
         self._granted_at[holder] = trio.current_time()
-        view = grant.cooldown
-        reason = _REASONS.get(view.reason or "")
-        if view.remaining_s > 0 and reason is not None:
-            self._resilience.adopt_cooldown(scope, view.remaining_s, reason)  # type: ignore[arg-type]
 
     async def _within_share(self, *, until: float | None = None) -> None:
         """Wait until this instance runs fewer calls than it may, leases included; or, in
