@@ -164,7 +164,7 @@ async def test_tpm_is_the_clusters_across_two_instances(redis: RedisServer, tmp_
     """tpm = 1000, requests of about 120 estimated tokens: the two proxies together admit
     about 1000 tokens' worth (8 requests), not each its own 1000."""
     async with (
-        _two_proxies(redis, _tenants_file(tmp_path, tpm=TPM)) as (a, b, sim),
+        _two_proxies(redis, _tenants_file(tmp_path, tpm=TPM)) as (a, b, _sim),
         _http() as http,
     ):
         started = time.monotonic()

@@ -92,7 +92,9 @@ LEAD_S: Final = 1.0
 """A slice covers about this much of the instance's recent use."""
 MAX_SLICE_FRACTION: Final = 0.2
 """At most this fraction of a limit, divided by the instances alive, per slice."""
-_MINUTE_MS: Final = 60_000
+REFUSAL_CACHE_S: Final = 0.25
+"""A refusal from Redis is repeated locally this long (at most its wait) for requests that
+need as much or more, instead of asking again."""
 
 # KEYS: the tenant's bucket (a hash: level, stamp). ARGV: capacity (per minute), settle
 # (tokens given back: a returned slice, over-estimates and refunds; negative: a debt), want
@@ -181,6 +183,10 @@ class _RateSlice:
         "last_used",
         "lock",
         "outage_used",
+        "refused_amount",
+        "refused_at",
+        "refused_until",
+        "refused_wait",
         "used",
         "used_since",
         "waiting",
@@ -198,6 +204,11 @@ class _RateSlice:
         self.fallback: TokenBucket | None = None  # while Redis is away
         self.credit = 0.0  # what the fallback bucket started with (already leased)
         self.outage_used = 0.0
+        # Redis's last refusal: of ``refused_amount``, at ``refused_at``, ``refused_wait``
+        # seconds to wait; answered locally until ``refused_until``.
+        self.refused_amount = 0.0
+        self.refused_at = self.refused_until = float("-inf")
+        self.refused_wait = 0.0
 
     def use(self, amount: float, now: float) -> None:
         """Take ``amount`` (negative: give back) from wherever this slice admits now."""
@@ -221,6 +232,7 @@ class _BudgetSlice:
         "held",
         "last_used",
         "lock",
+        "over_until",
         "period_start",
         "tenant",
         "used",
@@ -237,6 +249,7 @@ class _BudgetSlice:
         self.used = 0
         self.last_used = float("-inf")
         self.extra: int | None = None  # while Redis is away: its share of what was left
+        self.over_until = float("-inf")  # over budget at the last answer: refused till then
 
 
 @final
@@ -402,15 +415,29 @@ class SharedTenantLimits:
             return slice_
         if slice_.fallback is not None:
             return self._take_locally(tenant, limit, slice_, amount)
+        refused = self._still_refused(slice_, amount, now)
+        if refused is not None:
+            return Limited(tenant, limit, per_minute, refused)
         async with _queued(slice_):
             if slice_.fallback is None and slice_.held < amount:
-                wait_s = await self._refill(tenant, limit, slice_, amount)
-                if wait_s is not None:
-                    return Limited(tenant, limit, per_minute, wait_s)
+                refused = self._still_refused(slice_, amount, trio.current_time())
+                if refused is None:
+                    refused = await self._refill(tenant, limit, slice_, amount)
+                if refused is not None:
+                    return Limited(tenant, limit, per_minute, refused)
             if slice_.fallback is None:
                 slice_.use(amount, trio.current_time())
                 return slice_
         return self._take_locally(tenant, limit, slice_, amount)
+
+    @staticmethod
+    def _still_refused(slice_: _RateSlice, amount: float, now: float) -> float | None:
+        """Seconds to wait if Redis refused at least ``amount`` less than
+        ``REFUSAL_CACHE_S`` ago (so a tenant past its limit costs no round trip a request),
+        else None."""
+        if amount >= slice_.refused_amount and now < slice_.refused_until:
+            return max(0.0, slice_.refused_at + slice_.refused_wait - now)
+        return None
 
     def _take_locally(
         self, tenant: str, limit: LimitName, slice_: _RateSlice, amount: float
@@ -459,12 +486,16 @@ class SharedTenantLimits:
             return None
         granted = float(granted_s)
         slice_.held -= settle  # paid
+        slice_.refused_until = float("-inf")
         if ahead:
             self._counters.refills_ahead += 1
         else:
             self._counters.refills += 1
         if granted <= 0:
-            return float(wait_ms) / 1000
+            slice_.refused_at, slice_.refused_wait = now, float(wait_ms) / 1000
+            slice_.refused_amount = amount
+            slice_.refused_until = now + min(REFUSAL_CACHE_S, slice_.refused_wait)
+            return slice_.refused_wait
         if slice_.fallback is not None:  # an outage began while asking: keep it for later
             slice_.credit += granted
             slice_.fallback.take(-granted, trio.current_time())
@@ -507,10 +538,17 @@ class SharedTenantLimits:
             return self._reserved(slice_, amount)
         if slice_.extra is not None:
             return self._reserve_locally(tenant, slice_, amount)
+        if trio.current_time() < slice_.over_until:
+            return self._over(tenant, budget.usd)
         async with _queued(slice_):
             if slice_.extra is None and slice_.held <= 0:
+                if trio.current_time() < slice_.over_until:
+                    return self._over(tenant, budget.usd)
                 committed = await self._budget_call(tenant, slice_, max(1, amount))
                 if committed is not None and slice_.held <= 0:
+                    # Spent (or all of it leased): only a returned slice or a new period
+                    # changes that, so ask again no sooner than a slice comes back.
+                    slice_.over_until = trio.current_time() + IDLE_RETURN_S
                     return self._over(tenant, committed / NANO)
             if slice_.extra is None:
                 return self._reserved(slice_, amount)
