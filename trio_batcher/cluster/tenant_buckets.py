@@ -71,7 +71,7 @@ from typing import Any, Final, final
 
 import trio
 
-from ..tenants.buckets import Limited, LimitName, TokenBucket
+from ..tenants.buckets import Limited, LimitName, TokenBucket, limits_needed
 from ..tenants.model import Tenant
 from ..tenants.spend import NANO, OverBudget
 from .connection import LUA_NOW_MS, ClusterUnavailable, Link, LuaScript
@@ -365,7 +365,7 @@ class SharedTenantLimits:
                 return over
             reserved = over
         slices: dict[LimitName, _RateSlice] = {}
-        for limit, per_minute, amount in _needs(tenant, estimate_tokens):
+        for limit, per_minute, amount in limits_needed(tenant, estimate_tokens):
             taken = await self._take(tenant.name, limit, per_minute, amount)
             if isinstance(taken, Limited):
                 now = trio.current_time()
@@ -810,12 +810,3 @@ def nano(usd: float) -> int:
 
 def _num(value: float) -> str:
     return repr(float(value))
-
-
-def _needs(tenant: Tenant, estimate_tokens: int) -> list[tuple[LimitName, int, float]]:
-    needs: list[tuple[LimitName, int, float]] = []
-    if tenant.rpm is not None:
-        needs.append(("rpm", tenant.rpm, 1.0))
-    if tenant.tpm is not None:
-        needs.append(("tpm", tenant.tpm, float(max(0, estimate_tokens))))
-    return needs
