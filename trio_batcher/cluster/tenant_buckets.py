@@ -72,7 +72,7 @@ from typing import Any, Final, final
 import trio
 
 from ..tenants.buckets import Limited, LimitName, TokenBucket, limits_needed
-from ..tenants.model import Tenant
+from ..tenants.model import Tenant, hour_of
 from ..tenants.spend import NANO, OverBudget
 from .connection import LUA_NOW_MS, ClusterUnavailable, Link, LuaScript
 from .fallback import FallbackState, Mode, fallback_share
@@ -600,7 +600,7 @@ class SharedTenantLimits:
             settle,
             want,
             period_start,
-            math.floor(now / 3600) * 3600,
+            hour_of(now),
             ttl,
         ]
         try:
@@ -720,7 +720,7 @@ class SharedTenantLimits:
             idle = now - slice_.last_used >= IDLE_RETURN_S
             if (idle or gone) and slice_.held != 0:
                 await self._return(name, limit, slice_)
-            elif not idle and slice_.held < slice_.grant / 2:
+            elif not idle and slice_.held < slice_.grant / 2 and now >= slice_.refused_until:
                 async with slice_.lock:
                     await self._refill(name, limit, slice_, slice_.grant / 2, ahead=True)
             if gone and slice_.held == 0:
