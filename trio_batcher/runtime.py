@@ -180,7 +180,14 @@ class Runtime:
         # Budgets are enforced once ``run_ledger`` has loaded what was spent.
         self.rate_limits = TenantRateLimits()
         self.ledger: SpendLedger | None = None
-        self.guard = TenantGuard(self.rate_limits, None, pricing, on_refused=self._record_refused)
+        # With shared state, rpm, tpm and budgets are the cluster's (leased slices in Redis).
+        self.guard = TenantGuard(
+            self.rate_limits,
+            None,
+            pricing,
+            on_refused=self._record_refused,
+            shared=self.shared.tenant_limits if self.shared is not None else None,
+        )
         self.pipeline = Pipeline(
             settings=settings,
             fleet=self.fleet,
@@ -276,6 +283,8 @@ class Runtime:
             cost = self.pricing.cost(model, TokenUsage.from_anthropic(usage))
             if cost:
                 self.ledger.charge(tenant, float(cost * BATCH_PRICE_FACTOR))
+                if self.shared is not None:  # counted against the cluster's budget too
+                    self.shared.tenant_limits.spend(tenant, float(cost * BATCH_PRICE_FACTOR))
 
     def _keeps_spend(self, tenant: str) -> bool:
         """Whether ``tenant``'s spend goes to the ledger, as ``TenantGuard.admit`` decides
@@ -317,6 +326,8 @@ class Runtime:
                         directory = self.tenants.directory
                         ledger.set_tenants(directory)
                         self.rate_limits.prune(directory.names())
+                        if self.shared is not None:
+                            self.shared.tenant_limits.prune(directory.names())
         finally:
             self.guard.budgets = None
             with trio.CancelScope(shield=True), trio.move_on_after(2):

@@ -37,6 +37,7 @@ from .cooldowns import CooldownWatch, SharedCooldowns
 from .fallback import FallbackState, Mode
 from .instances import InstanceRegistry, new_instance_id
 from .leases import LeaseSemaphore
+from .tenant_buckets import SharedTenantLimits
 from .upstream_cooldowns import UpstreamCooldowns
 from .upstream_slots import ClusterSlots
 
@@ -74,6 +75,8 @@ class SharedState:
         self._resilience = resilience
         self._cap = cap
         self.fallback = FallbackState()
+        # Tenants' rpm, tpm and budgets, leased from Redis (the guard holds it from the start).
+        self.tenant_limits = SharedTenantLimits(self.fallback)
         self._slots: ClusterSlots | None = None
         self._semaphore: LeaseSemaphore | None = None
         self._registry: InstanceRegistry | None = None
@@ -170,6 +173,8 @@ class SharedState:
                             ClusterUnavailable("no answer from Redis at start")
                         )
                     await nursery.start(self.fallback.run_probe, link.ping)
+                    alive = lambda: registry.last_seen_alive  # noqa: E731
+                    await nursery.start(self.tenant_limits.run, link, alive)
                     nursery.start_soon(self._publish, SharedCooldowns(link))
                     self._cooldown_watch = CooldownWatch(link, self._resilience)
                     await nursery.start(self._cooldown_watch.run)
@@ -339,6 +344,7 @@ class SharedState:
                 for name, semaphore in self._upstream_leases.items()
                 for leases in (semaphore.statistics(),)
             },
+            "tenant_limits": self.tenant_limits.statistics(),
             "upstream_cooldowns": (
                 self._upstream_cooldowns.statistics()
                 if self._upstream_cooldowns is not None

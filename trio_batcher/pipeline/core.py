@@ -122,7 +122,7 @@ class Pipeline:
             request = replace(request, tenant=tenant.name)
             if self._guard is not None:
                 try:
-                    grant = self._guard.admit(tenant, request)
+                    grant = await self._guard.admit(tenant, request)
                 except ProxyError as exc:  # counted by the guard, under the tenant
                     timing = Timing(total=trio.current_time() - arrived)
                     exc.headers["Server-Timing"] = timing.server_timing_header()

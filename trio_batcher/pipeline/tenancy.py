@@ -15,6 +15,11 @@ order a client can act on:
    buckets (``rpm`` / ``tpm``); a refusal is 429 with ``Retry-After`` and the limit named,
    and takes nothing.
 
+With ``REDIS_URL`` (``shared``: ``cluster.tenant_buckets.SharedTenantLimits``) the budget and
+the rate limits are the cluster's: after the ledger's check from memory, the request
+reserves its estimated cost from the tenant's budget slice and takes its request and
+tokens from its rate slices, leased from Redis (a round trip only when a slice runs short).
+
 Each of these is answered before any upstream call and counted under ``shed`` with the
 tenant. What passes gets a ``TenantGrant``: its ``share`` is what the fair gate schedules
 by, and ``settle(model, usage)`` is called wherever the request's usage becomes known
@@ -38,7 +43,7 @@ from typing import Any, Final, Protocol, final
 from ..admission.gate import TenantShare
 from ..errors import ProxyError
 from ..observatory.pricing import PriceTable, TokenUsage
-from ..tenants import ANONYMOUS, Charge, Limited, OverBudget, Tenant, TenantRateLimits
+from ..tenants import ANONYMOUS, Limited, OverBudget, Tenant, TenantRateLimits
 from ..token_estimate import tokens_for
 from ..upstream.request import UpstreamRequest
 
@@ -48,6 +53,29 @@ __all__ = ["Budgets", "TenantGrant", "TenantGuard"]
 RATE_LIMITED: Final = "rate_limited"
 INSUFFICIENT_QUOTA: Final = "insufficient_quota"
 MODEL_NOT_ALLOWED: Final = "model_not_allowed"
+
+
+class RateCharge(Protocol):
+    """A request's rate-limit charge: ``tenants.Charge``, or a shared one."""
+
+    def settle(self, actual_tokens: int) -> None: ...
+
+    def refund(self) -> None: ...
+
+
+class SharedCharge(RateCharge, Protocol):
+    """A charge from the cluster's slices: it settles the budget's reservation too."""
+
+    def settle_cost(self, usd: float) -> None: ...
+
+
+class SharedLimits(Protocol):
+    """What the guard needs of the cluster's tenant limits
+    (``cluster.tenant_buckets.SharedTenantLimits``)."""
+
+    async def admit(
+        self, tenant: Tenant, estimate_tokens: int, estimate_usd: float
+    ) -> SharedCharge | Limited | OverBudget: ...
 
 
 class Budgets(Protocol):
@@ -62,21 +90,23 @@ class Budgets(Protocol):
 class TenantGrant:
     """One admitted request's tenant: its gate share, and its charges to settle."""
 
-    __slots__ = ("_budgets", "_charge", "_pricing", "_settled", "name", "share")
+    __slots__ = ("_budgets", "_charge", "_pricing", "_settled", "_shared", "name", "share")
 
     def __init__(
         self,
         name: str,
         share: TenantShare,
-        charge: Charge | None,
+        charge: RateCharge | None,
         budgets: Budgets | None,
         pricing: PriceTable | None,
+        shared: SharedCharge | None = None,
     ) -> None:
         self.name = name
         self.share = share
         self._charge = charge
         self._budgets = budgets
         self._pricing = pricing
+        self._shared = shared
         self._settled = False
 
     def settle(
@@ -93,10 +123,13 @@ class TenantGrant:
             self._charge.settle(
                 tokens.input + tokens.output + tokens.cache_read + tokens.cache_write
             )
-        if self._budgets is not None and self._pricing is not None and usage:
+        cost = None
+        if self._pricing is not None and usage:
             cost = self._pricing.cost(model, tokens, upstream=upstream)
-            if cost:
-                self._budgets.charge(self.name, float(cost))
+        if self._budgets is not None and cost:
+            self._budgets.charge(self.name, float(cost))
+        if self._shared is not None:  # the budget's reservation becomes the real cost
+            self._shared.settle_cost(float(cost or 0))
 
     def refund(self) -> None:
         """The request never reached the upstream: its rate-limit charge goes back."""
@@ -124,8 +157,10 @@ class TenantGuard:
         budgets: Budgets | None,
         pricing: PriceTable | None,
         on_refused: Callable[[str, str], None] | None = None,
+        shared: SharedLimits | None = None,
     ) -> None:
         self._limits = limits
+        self.shared = shared
         # Assignable: the ledger exists once the app has loaded what was spent.
         self.budgets = budgets
         self._pricing = pricing
@@ -140,16 +175,29 @@ class TenantGuard:
         if budgets is not None and tenant.budget is not None:
             over = budgets.over_budget(tenant)
             if over is not None:
-                self._refused(tenant.name, INSUFFICIENT_QUOTA)
-                raise ProxyError(
-                    429,
-                    over.message,
-                    type=INSUFFICIENT_QUOTA,
-                    code=INSUFFICIENT_QUOTA,
-                    headers={"Retry-After": over.retry_after_header, "x-should-retry": "false"},
-                )
+                raise self._over_budget(over)
 
-    def admit(self, tenant: Tenant, request: UpstreamRequest) -> TenantGrant:
+    def _over_budget(self, over: OverBudget) -> ProxyError:
+        self._refused(over.tenant, INSUFFICIENT_QUOTA)
+        return ProxyError(
+            429,
+            over.message,
+            type=INSUFFICIENT_QUOTA,
+            code=INSUFFICIENT_QUOTA,
+            headers={"Retry-After": over.retry_after_header, "x-should-retry": "false"},
+        )
+
+    def _rate_limited(self, limited: Limited) -> ProxyError:
+        self._refused(limited.tenant, RATE_LIMITED)
+        return ProxyError(
+            429,
+            limited.message,
+            type="tokens" if limited.limit == "tpm" else "requests",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": limited.retry_after_header},
+        )
+
+    async def admit(self, tenant: Tenant, request: UpstreamRequest) -> TenantGrant:
         """Check ``tenant`` may send ``request`` now, and charge its buckets.
 
         Raises:
@@ -167,24 +215,31 @@ class TenantGuard:
             )
         self.check_budget(tenant)
         budgets = self.budgets
-        charge: Charge | None = None
-        if tenant.rate_limited:
-            taken = self._limits.try_charge(tenant, _estimate(request))
+        charge: RateCharge | None = None
+        shared_charge: SharedCharge | None = None
+        if self.shared is not None and (tenant.rate_limited or tenant.budget is not None):
+            estimate = _estimate(request)
+            cost = None
+            if tenant.budget is not None and self._pricing is not None:
+                cost = self._pricing.cost(request.model, TokenUsage(input=estimate))
+            taken = await self.shared.admit(tenant, estimate, float(cost or 0))
+            if isinstance(taken, OverBudget):
+                raise self._over_budget(taken)
             if isinstance(taken, Limited):
-                self._refused(tenant.name, RATE_LIMITED)
-                raise ProxyError(
-                    429,
-                    taken.message,
-                    type="tokens" if taken.limit == "tpm" else "requests",
-                    code="rate_limit_exceeded",
-                    headers={"Retry-After": taken.retry_after_header},
-                )
-            charge = taken
+                raise self._rate_limited(taken)
+            charge = shared_charge = taken
+        elif tenant.rate_limited:
+            local = self._limits.try_charge(tenant, _estimate(request))
+            if isinstance(local, Limited):
+                raise self._rate_limited(local)
+            charge = local
         # Every named tenant's spend is kept (a budget added later counts the period so
         # far); the anonymous caller of a gateway without keys writes nothing to disk.
         if tenant.name == ANONYMOUS and tenant.budget is None:
             budgets = None
-        return TenantGrant(tenant.name, self._share(tenant), charge, budgets, self._pricing)
+        return TenantGrant(
+            tenant.name, self._share(tenant), charge, budgets, self._pricing, shared_charge
+        )
 
     def _share(self, tenant: Tenant) -> TenantShare:
         known = self._shares.get(tenant.name)

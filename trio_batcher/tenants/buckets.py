@@ -40,11 +40,29 @@ import trio
 
 from .model import Tenant
 
-__all__ = ["Charge", "LimitName", "Limited", "TenantRateLimits", "TokenBucket"]
+__all__ = [
+    "Charge",
+    "LimitName",
+    "Limited",
+    "TenantRateLimits",
+    "TokenBucket",
+    "limits_needed",
+]
 
 LimitName: TypeAlias = Literal["rpm", "tpm"]
 
 _MINUTE: Final = 60.0
+
+
+def limits_needed(tenant: Tenant, estimate_tokens: int) -> list[tuple[LimitName, int, float]]:
+    """What one request takes from ``tenant``'s limits: (limit, per minute, amount) for
+    each of ``rpm`` (one request) and ``tpm`` (its estimated tokens) the tenant has."""
+    needs: list[tuple[LimitName, int, float]] = []
+    if tenant.rpm is not None:
+        needs.append(("rpm", tenant.rpm, 1.0))
+    if tenant.tpm is not None:
+        needs.append(("tpm", tenant.tpm, float(max(0, estimate_tokens))))
+    return needs
 
 
 @final
@@ -208,12 +226,7 @@ class TenantRateLimits:
 
     @staticmethod
     def _needs(tenant: Tenant, estimate_tokens: int) -> list[tuple[LimitName, int, float]]:
-        needs: list[tuple[LimitName, int, float]] = []
-        if tenant.rpm is not None:
-            needs.append(("rpm", tenant.rpm, 1.0))
-        if tenant.tpm is not None:
-            needs.append(("tpm", tenant.tpm, float(max(0, estimate_tokens))))
-        return needs
+        return limits_needed(tenant, estimate_tokens)
 
     def _bucket(self, name: str, limit: LimitName, per_minute: int, now: float) -> TokenBucket:
         bucket = self._buckets.get((name, limit))
