@@ -20,10 +20,12 @@ from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from support import SIM_KEY, running_simulator
 
 from trio_batcher.edge.openai_batches import new_batch
+from trio_batcher.errors import ProxyError
 from trio_batcher.offline import BatchPoller
 from trio_batcher.settings import Settings
 from trio_batcher.simulator import SimulatorConfig
@@ -298,37 +300,74 @@ async def test_steps_in_flight_are_bounded_and_a_batch_in_a_step_is_not_stepped_
 async def test_two_pollers_on_one_directory_share_the_batches_each_stepped_by_one(
     tmp_path: Path,
 ) -> None:
-    """Two processes of one deployment, twelve batches made through both. No batch is ever
-    in a call to the upstream from both at once, its Message Batch is created once, every
-    batch completes, and the work is shared: a delivery held in one process never stops
-    the other completing the rest, nor is that batch taken over meanwhile."""
+    """Two processes of one deployment. The first holds a delivery under way; then twelve
+    more batches are made through both. No batch is ever in a call to the upstream from
+    both at once, each Message Batch is created once, the work is shared, and the held
+    batch is never taken over: the others all complete meanwhile, and it completes once
+    let go."""
     config = SimulatorConfig(batch_processing_s=0.1)
     async with offline(tmp_path, config) as (sim, settings, pool):
         log = CallLog()
         up_a = Upstream(settings, pool, name="a", log=log)
         up_b = Upstream(settings, pool, name="b", log=log)
-        up_a.hold(1, only_first=True)  # a's first delivery stays under way
-        async with (
-            process(tmp_path, settings, pool, up_a, concurrency=2) as a,
-            process(tmp_path, settings, pool, up_b, concurrency=2) as b,
-        ):
-            names = {}
-            for k in range(12):
-                content = b"".join(line(f"x{k}-{n}", n) for n in range(3))
-                names[f"x{k}"] = await (a if k % 2 else b).create(content)
-            with trio.fail_after(30):
+        up_a.hold(1, only_first=True)
+        async with process(tmp_path, settings, pool, up_a, concurrency=2) as a:
+            held = await a.create(b"".join(line(f"h-{n}", n) for n in range(3)))
+            with trio.fail_after(15):
                 await up_a.holding.wait()
-            held = names[log.parts[up_a.results_calls[0]]]
-            others = [i for i in names.values() if i != held]
-            assert [await b.until(i, FINAL, 60) for i in others] == ["completed"] * 11
-            assert await a.status(held) == "finalizing"  # b never took it over
-            assert len(up_a.results_calls + up_b.results_calls) == 12
-            up_a.release.set()
-            assert await b.until(held, FINAL, 30) == "completed"
+            async with process(tmp_path, settings, pool, up_b, concurrency=2) as b:
+                others = [
+                    await (a if k % 2 else b).create(
+                        b"".join(line(f"x{k}-{n}", n) for n in range(3))
+                    )
+                    for k in range(12)
+                ]
+                assert [await b.until(i, FINAL, 60) for i in others] == ["completed"] * 12
+                assert await b.status(held) == "finalizing"  # b never took it over
+                assert up_a.held == 1
+                assert len(up_a.results_calls + up_b.results_calls) == 13
+                up_a.release.set()
+                assert await b.until(held, FINAL, 30) == "completed"
         assert log.overlaps == []
-        assert await creates(sim) == 12
-        assert log.worked["a"] and log.worked["b"]  # both processes stepped batches
+        assert await creates(sim) == 13
+        assert log.worked["a"] - {"h"} and log.worked["b"]  # both stepped batches
+        assert "h" not in log.worked["b"]
         assert not list((tmp_path / "batch-work" / "dep").glob("batch_*"))
+
+
+async def test_a_failing_step_is_logged_and_retried_while_the_others_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The upstream answers 500 to the first retrievals of one batch: that step is logged
+    and retried on later rounds, the other batch is not held up, and both complete."""
+
+    class Flaky(Upstream):
+        failures = 3
+        flaky = ""  # the Message Batch of the batch named "first"
+
+        async def create(self, body: Any) -> dict[str, Any]:
+            name = await trio.to_thread.run_sync(_first_custom_id, body)
+            answer = await super().create(body)
+            if name == "first":
+                self.flaky = str(answer["id"])
+            return answer
+
+        async def retrieve(self, batch_id: str) -> dict[str, Any]:
+            if self.failures and batch_id == self.flaky:
+                self.failures -= 1
+                raise ProxyError(502, "The upstream is down.", code="upstream_error")
+            return await super().retrieve(batch_id)
+
+    async with (
+        offline(tmp_path) as (_sim, settings, pool),
+        process(tmp_path, settings, pool, Flaky(settings, pool)) as proc,
+    ):
+        first = await proc.create(line("first", 0))
+        second = await proc.create(line("second", 1))
+        assert await proc.until(second, FINAL, 20) == "completed"
+        assert await proc.until(first, FINAL, 20) == "completed"
+    failed = [r.getMessage() for r in caplog.records if "step failed, will retry" in r.message]
+    assert len(failed) == 3 and all(first in m for m in failed)
 
 
 async def test_a_poller_cancelled_mid_delivery_leaves_the_batch_to_the_next(tmp_path: Path) -> None:

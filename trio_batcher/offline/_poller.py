@@ -10,7 +10,8 @@ batch one step:
 2. ``in_progress`` / ``cancelling``: a requested cancel is sent upstream once; every
    Message Batch is retrieved and the OpenAI status derived with ``openai_status``. A
    Message Batch the upstream no longer knows (404: deleted there, or another key) fails
-   the batch after ``MISSING_ROUNDS`` rounds in a row, rather than being asked for forever.
+   the batch after ``MISSING_ROUNDS`` rounds in a row, rather than being asked for forever
+   (counted by each process for the steps it ran).
 3. When every part has ended: ``Deliverer`` writes the results, in input order, into an
    output and an error file, and the batch takes its final status in one write.
 
