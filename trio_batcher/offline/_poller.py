@@ -166,7 +166,7 @@ class BatchPoller:
         self._max_poll_s = max_poll_s
         self._claims = Claims(work_dir)
         self._limiter = trio.CapacityLimiter(concurrency)
-        self._busy: set[str] = set()  # batches in a step here: at most ``concurrency``
+        self._busy: set[str] = set()  # in a step here, or next to start one
         self._news = trio.Event()
         self._missing: dict[str, int] = {}  # Message Batch id -> 404s in a row
 
