@@ -73,7 +73,7 @@ log = logging.getLogger("trio_batcher")
 _JSON: Final = "application/json"
 # After the grace period, how long the answers to cancelled requests may take to go out.
 _ANSWER_MARGIN_S: Final = 2.0
-WORK_DIR: Final = "batch-work"  # under DATA_DIR: each deployment's poller lock and spools
+WORK_DIR: Final = "batch-work"  # under DATA_DIR: each deployment's poller locks and spools
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -258,7 +258,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         )
         app.nursery.start_soon(purge_expired_periodically, responses)
 
-        # One task for every batch; it resumes the unfinished ones after a restart.
+        # One task for the batches, stepping several at once, sharing them with the other
+        # processes of the deployment; it resumes the unfinished ones after a restart.
         app.batch_poller = BatchPoller(
             batches,
             files,
@@ -272,6 +273,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             on_usage=rt.record_batch_usage,
             legacy_work_dir=data_dir / WORK_DIR if deployment.adopts_legacy else None,
             max_file_requests=settings.batch_file_max_requests,
+            concurrency=settings.batch_poll_concurrency,
         )
         await app.nursery.start(app.batch_poller.run)
         app.nursery.start_soon(purge_batches_periodically, batches, settings.batch_retention_days)

@@ -1,8 +1,8 @@
 """The offline path: OpenAI batches carried out as Anthropic Message Batches.
 
-``BatchPoller`` is the one task (in the app's nursery) that validates, sends, follows and
-delivers every batch; the routes in ``edge.openai_batches`` only create records, read
-them and ask for cancels.
+``BatchPoller`` is the task (in the app's nursery, one a process) that validates, sends,
+follows and delivers the batches, several at once, each claimed by one process at a time;
+the routes in ``edge.openai_batches`` only create records, read them and ask for cancels.
 """
 
 from __future__ import annotations

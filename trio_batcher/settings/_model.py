@@ -78,6 +78,7 @@ class Settings:
     responses_retention_days: float = 30.0
     batch_retention_days: float = 30.0
     batch_file_max_requests: int = 50_000
+    batch_poll_concurrency: int = 4
     redis_url: str | None = dataclasses.field(default=None, repr=False)
     redis_key_prefix: str = "trio-batcher:"
     redis_lease_ttl_s: float = 5.0

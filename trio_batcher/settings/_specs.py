@@ -280,6 +280,14 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "Anthropic's 100,000 per Message Batch and beyond, split across several).",
     ),
     SettingSpec(
+        "BATCH_POLL_CONCURRENCY",
+        "batch_poll_concurrency",
+        parsers.integer(1),
+        4,
+        "Batches (OpenAI Batch API) one process steps at once: a large one's delivery never "
+        "holds up the others; each step holds a page of lines and a 1 MiB buffer.",
+    ),
+    SettingSpec(
         "REDIS_URL",
         "redis_url",
         parsers.redis_url,

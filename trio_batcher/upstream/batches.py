@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any, Final, final
 from urllib.parse import quote
 
@@ -69,19 +70,22 @@ class MessageBatchesClient:
                 raise await self._error(response)
             pending = bytearray()
             try:
-                async for chunk in response.aiter_raw():
-                    pending += chunk
-                    while (end := pending.find(b"\n")) >= 0:
-                        line = bytes(pending[:end]).rstrip(b"\r")
-                        del pending[: end + 1]
-                        if line.strip():
-                            yield line
-                    if len(pending) > _MAX_RESULT_LINE_BYTES:
-                        raise ProxyError(
-                            502,
-                            "A line of the upstream's batch results is too long.",
-                            code="upstream_protocol_error",
-                        )
+                # Closed here, not by the collector, when the reader stops early (a
+                # delivery cancelled at shutdown).
+                async with aclosing(response.aiter_raw()) as chunks:
+                    async for chunk in chunks:
+                        pending += chunk
+                        while (end := pending.find(b"\n")) >= 0:
+                            line = bytes(pending[:end]).rstrip(b"\r")
+                            del pending[: end + 1]
+                            if line.strip():
+                                yield line
+                        if len(pending) > _MAX_RESULT_LINE_BYTES:
+                            raise ProxyError(
+                                502,
+                                "A line of the upstream's batch results is too long.",
+                                code="upstream_protocol_error",
+                            )
             except _TRANSPORT_ERRORS as exc:
                 raise connection_error(exc) from None
             if pending.strip():
