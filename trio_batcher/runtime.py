@@ -151,11 +151,12 @@ class Runtime:
             ),
             limiter=limiter,
         )
-        # With REDIS_URL, the cap (the windows' limiter) is global: every instance's jobs
-        # take a lease of it, and cooldowns reach every instance. It needs the cap.
+        # With REDIS_URL, tenants' limits and budgets, cooldowns, the retry budget, cache
+        # affinity and each upstream's cap are the cluster's; so is the gateway's cap (the
+        # windows' limiter, leased to instances in blocks), when there is one.
         stewards = self._stewards()
         self.shared: SharedState | None = None
-        if settings.redis_url is not None and limiter is not None:
+        if settings.redis_url is not None:
             # Each upstream of UPSTREAMS_FILE shares its own cooldowns too.
             own = [
                 (s.name, s.resilience, s.spec.max_concurrency)
@@ -163,7 +164,10 @@ class Runtime:
                 if s.resilience is not self.resilience
             ]
             self.shared = shared = SharedState(
-                settings, self.resilience, settings.batch_max_concurrency, upstreams=own
+                settings,
+                self.resilience,
+                settings.batch_max_concurrency if limiter is not None else None,
+                upstreams=own,
             )
             for steward in stewards:
                 steward.shared = partial(shared.upstream_slots.get, steward.name)
@@ -173,7 +177,7 @@ class Runtime:
         )
         self.dispatcher = Dispatcher(
             limiter=limiter,
-            shared=self.shared,
+            shared=self.shared if limiter is not None else None,
             windows=windows,
             on_flush=self.metrics.record_window if self.metrics is not None else None,
         )

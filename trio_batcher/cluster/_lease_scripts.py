@@ -96,11 +96,12 @@ for i = 1, n do
 end
 
 -- Targets. When everyone's want fits, each gets it plus an even part of what is left (a
--- burst then needs no round trip). When it does not, one slot each for those who want any
--- (nobody starves), the rest in proportion to what is still wanted (largest remainder):
--- as a single queue across instances would serve them.
--- What cannot be split evenly (a slot short of one each, a remainder) goes by turns: the
--- order starts one instance further every second.
+-- burst then needs no round trip). When it does not, max-min fair shares: an equal part
+-- for each instance that wants any, what one of them does not want going to the others in
+-- equal parts again. Busy instances hold steady equal blocks however their queues move,
+-- so a binding cap is not rebalanced back and forth. What cannot be split evenly (a
+-- remainder, or fewer slots than instances) goes by turns: the order starts one instance
+-- further every second, so nobody starves.
 local order = {}
 local shift = math.floor(now / 1000) % n
 for k = 1, n do order[k] = (k + shift - 1) % n + 1 end
@@ -116,35 +117,28 @@ if total_want <= capacity then
   end
 else
   local left = capacity
-  local rest = 0
+  local active = {}
   for k = 1, n do
     local i = order[k]
     targets[i] = 0
-    if wants[i] > 0 and left > 0 then
-      targets[i] = 1
-      left = left - 1
-    end
-    if wants[i] > 0 then rest = rest + wants[i] - 1 end
+    if wants[i] > 0 then active[#active + 1] = i end
   end
-  if left > 0 and rest > 0 then
-    local given = 0
-    local fractions = {}
-    for i = 1, n do
-      local exact = left * math.max(0, wants[i] - 1) / rest
-      local whole = math.floor(exact)
-      targets[i] = targets[i] + whole
-      given = given + whole
-      fractions[i] = exact - whole
-    end
-    for _ = 1, left - given do
-      local best, at = -1, 1
-      for k = 1, n do
-        local i = order[k]
-        if fractions[i] > best then best, at = fractions[i], i end
+  while left > 0 and #active > 0 do
+    local part = math.floor(left / #active)
+    if part == 0 then
+      for k = 1, left do
+        targets[active[k]] = targets[active[k]] + 1
       end
-      targets[at] = targets[at] + 1
-      fractions[at] = -2
+      break
     end
+    local still = {}
+    for _, i in ipairs(active) do
+      local give = math.min(part, wants[i] - targets[i])
+      targets[i] = targets[i] + give
+      left = left - give
+      if targets[i] < wants[i] then still[#still + 1] = i end
+    end
+    active = still
   end
 end
 

@@ -59,7 +59,7 @@ class SharedState:
         self,
         settings: Settings,
         resilience: Resilience,
-        cap: int,
+        cap: int | None,
         upstreams: Sequence[tuple[str, Resilience, int | None]] = (),
     ) -> None:
         assert settings.redis_url is not None
@@ -126,36 +126,9 @@ class SharedState:
             self._link = link
             config = self._resilience.config
             registry = InstanceRegistry(link, self.instance_id, ttl_s=self._ttl_s)
-            semaphore = LeaseSemaphore(
-                link,
-                "upstream",
-                self._cap,
-                ttl_s=self._ttl_s,
-                instance_id=self.instance_id,
-                adaptive=config.adaptive,
-                instances_key=registry.key,
-            )
-            self._semaphore, self._registry = semaphore, registry
-            if config.adaptive:
-                self._adaptive = SharedAdaptiveLimit(
-                    link,
-                    semaphore,
-                    self.fallback,
-                    maximum=self._cap,
-                    decrease_factor=config.decrease_factor,
-                )
-            semaphore.on_reply = self._observe
-            self._slots = ClusterSlots(
-                semaphore,
-                self.fallback,
-                registry,
-                self._resilience,
-                fail_closed=self._fail_closed,
-                # The others' probes find Redis within about one interval of ours.
-                rejoin_s=2 * self.fallback.probe_interval_s + self._config.command_timeout_s,
-                # No upstream call outlives its request's deadline.
-                settle_max_s=self._request_timeout_s,
-            )
+            self._registry = registry
+            if self._cap is not None:
+                self._share_gateway_cap(link, registry, self._cap)
             self._budget = SharedRetryBudget(
                 link,
                 ratio=config.budget_ratio,
@@ -166,7 +139,8 @@ class SharedState:
                 async with trio.open_nursery() as nursery:
                     if self._adaptive is not None:
                         await nursery.start(self._adaptive.run)
-                    await nursery.start(semaphore.run)
+                    if self._semaphore is not None:
+                        await nursery.start(self._semaphore.run)
                     await nursery.start(registry.run)  # one heartbeat first
                     if registry.last_seen_alive == 0:  # it failed: Redis is down at start
                         self.fallback.report_failure(
@@ -192,6 +166,41 @@ class SharedState:
                     nursery.start_soon(self._count_requests_periodically)
                     nursery.start_soon(self._rejoin_after_outages)
                     task_status.started()
+
+    def _share_gateway_cap(self, link: RedisLink, registry: InstanceRegistry, cap: int) -> None:
+        """The windows' cap (``BATCH_MAX_CONCURRENCY``) across the cluster, and with
+        ``BATCH_ADAPTIVE`` the cluster's adaptive limit on it."""
+        config = self._resilience.config
+        semaphore = LeaseSemaphore(
+            link,
+            "upstream",
+            cap,
+            ttl_s=self._ttl_s,
+            instance_id=self.instance_id,
+            adaptive=config.adaptive,
+            instances_key=registry.key,
+        )
+        self._semaphore = semaphore
+        if config.adaptive:
+            self._adaptive = SharedAdaptiveLimit(
+                link,
+                semaphore,
+                self.fallback,
+                maximum=cap,
+                decrease_factor=config.decrease_factor,
+            )
+        semaphore.on_reply = self._observe
+        self._slots = ClusterSlots(
+            semaphore,
+            self.fallback,
+            registry,
+            self._resilience,
+            fail_closed=self._fail_closed,
+            # The others' probes find Redis within about one interval of ours.
+            rejoin_s=2 * self.fallback.probe_interval_s + self._config.command_timeout_s,
+            # No upstream call outlives its request's deadline.
+            settle_max_s=self._request_timeout_s,
+        )
 
     async def _share_cap(
         self,
@@ -227,11 +236,11 @@ class SharedState:
 
     async def _rejoin_after_outages(self) -> None:
         """After every return to shared, put the calls admitted locally into Redis."""
-        assert self._slots is not None
         while True:
             await self.fallback.wait_mode(Mode.FALLBACK)
             await self.fallback.wait_mode(Mode.SHARED)
-            for slots in (self._slots, *self.upstream_slots.values()):
+            gateway = [self._slots] if self._slots is not None else []
+            for slots in (*gateway, *self.upstream_slots.values()):
                 try:
                     await slots.rejoin()
                 except ClusterUnavailable as exc:
