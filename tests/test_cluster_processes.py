@@ -218,7 +218,8 @@ async def test_a_killed_instance_frees_its_slots_within_the_lease_ttl(
 
             with trio.fail_after(TTL_S + 8):
                 took = await until(b_holds_all)
-            assert took <= TTL_S + 1.5, took  # the dead instance's leases expired
+            print(f"b held the whole cap {took:.2f} s after the kill (lease TTL {TTL_S} s)")
+            assert took <= TTL_S + 1.5, took  # the dead instance's block expired
             nursery.cancel_scope.cancel()
 
 

@@ -52,7 +52,6 @@ async def _two_proxies(
     async with running_simulator(SimulatorConfig(ttft_ms=5, reply_tokens=4)) as sim:
         settings = proxy_settings(
             sim,
-            batch_enabled=True,
             batch_max_concurrency=8,
             batch_max_wait_ms=1,
             redis_url=redis.url,
@@ -61,7 +60,12 @@ async def _two_proxies(
             metrics_enabled=True,
             metrics_token=TOKEN,
             max_queue=200,
-            **{"upstream_max_retries": 0, "redis_timeout_s": 2.0, **changes},
+            **{
+                "batch_enabled": True,
+                "upstream_max_retries": 0,
+                "redis_timeout_s": 2.0,
+                **changes,
+            },
         )
         async with running_proxy(settings) as a, running_proxy(settings) as b:
             yield a, b, sim
@@ -135,11 +139,20 @@ async def _metrics(http: httpx2.AsyncClient, url: str) -> dict[str, Any]:
 RPM = 20
 
 
-async def test_rpm_is_the_clusters_across_two_instances(redis: RedisServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("batching", [True, False], ids=["with-the-cap", "redis-alone"])
+async def test_rpm_is_the_clusters_across_two_instances(
+    redis: RedisServer, tmp_path: Path, batching: bool
+) -> None:
     """rpm = 20, 60 quick requests split over two proxies: at most 20 (and what refilled
-    meanwhile) get through, not 40; the rest are 429 in each client's dialect."""
+    meanwhile) get through, not 40; the rest are 429 in each client's dialect. Whether or
+    not the proxies have an upstream cap to share (``BATCH_ENABLED``): ``REDIS_URL`` alone
+    makes tenants' limits global."""
     async with (
-        _two_proxies(redis, _tenants_file(tmp_path, rpm=RPM)) as (a, b, sim),
+        _two_proxies(redis, _tenants_file(tmp_path, rpm=RPM), batch_enabled=batching) as (
+            a,
+            b,
+            sim,
+        ),
         _http() as http,
     ):
         started = time.monotonic()
