@@ -13,16 +13,31 @@ from typing import Any
 import pytest
 import trio
 
+from trio_batcher_bench.cluster import SCALING_CORES, scaling_target
 from trio_batcher_bench.cluster_stats import (
     cap_audit,
     cluster_block,
     command_delta,
     compare,
+    drain_check,
     in_flight_buckets,
+    lease_checks,
+    lease_keys,
+    lease_residue,
+    lease_sync_counts,
     side_by_side,
 )
 from trio_batcher_bench.load import Quota
-from trio_batcher_bench.redis_server import parse_commandstats, redis_binary, running_redis
+from trio_batcher_bench.processes import ServerError
+from trio_batcher_bench.redis_server import (
+    IncompleteReply,
+    encode_command,
+    hash_of,
+    parse_commandstats,
+    parse_reply,
+    redis_binary,
+    running_redis,
+)
 from trio_batcher_bench.report import render_markdown
 from trio_batcher_bench.results import Report, ScenarioResult
 from trio_batcher_bench.scenarios import SCENARIOS
@@ -99,9 +114,36 @@ def test_compare_reads_the_redis_cost_as_the_difference_of_cpu_per_request() -> 
         "throughput_ratio": 0.9,
         "proxy_cpu_added_ms_per_request": 1.5,
         "cpu_added_with_redis_ms_per_request": 1.9,
+        "proxy_cpu_ratio": 1.6,
     }
     unmeasured = compare(single, _config(171.0, None, None, True))
     assert unmeasured["proxy_cpu_added_ms_per_request"] is None
+    assert unmeasured["proxy_cpu_ratio"] is None
+
+
+def test_the_cpu_ratio_is_cluster_over_single_and_needs_both_measured() -> None:
+    # Issue 30's acceptance: at most 1.3x one instance's proxy CPU per request.
+    assert (
+        compare(_config(190.0, 2.0, None, False), _config(185.0, 2.5, 0.05, True))[
+            "proxy_cpu_ratio"
+        ]
+        == 1.25
+    )
+    assert (
+        compare(_config(190.0, None, None, False), _config(185.0, 2.5, 0.05, True))[
+            "proxy_cpu_ratio"
+        ]
+        is None
+    )
+
+
+def test_the_unbound_scaling_is_judged_only_with_cores_for_both_instances() -> None:
+    small = scaling_target(0.67, 2)
+    assert small.met is None and small.actual == 0.67 and small.unit == "x"
+    assert "2 cores" in small.name and "reported only" in small.name
+    assert scaling_target(1.9, SCALING_CORES).met is True
+    assert scaling_target(1.5, 16).met is False
+    assert scaling_target(None, 16).met is None
 
 
 def test_the_side_by_side_table_renders_in_the_markdown_report() -> None:
@@ -129,6 +171,92 @@ def test_redis_commands_are_counted_per_request_without_the_benchs_own_info() ->
         "scripts_per_request": 2.0,
         "calls": {"zadd": 25, "evalsha": 20},
     }
+
+
+def test_the_side_by_side_table_puts_the_unbound_pair_beside_the_binding_one() -> None:
+    single, cluster = _config(190.0, 2.5, None, False), _config(185.0, 3.0, 0.03, True)
+    cluster["lease_syncs"] = {"a": {"syncs": 12, "per_s": 1.9}, "b": {"syncs": 14, "per_s": 2.2}}
+    cluster["lease_drain"] = {"drained": True, "drain_s": 1.2, "bound_s": 8.0}
+    stuck = dict(cluster, lease_drain={"drained": False, "drain_s": 8.0, "bound_s": 8.0})
+    table = side_by_side(8, single, cluster, (1024, single, stuck))
+    assert table["columns"][1:] == [
+        "1 instance, cap 8", "2 instances + Redis, cap 8",
+        "1 instance, cap 1024", "2 instances + Redis, cap 1024",
+    ]  # fmt: skip
+    rows = {row[0]: row[1:] for row in table["rows"]}
+    assert rows["lease syncs by instance (per s)"] == [
+        None, "a: 12 (1.9), b: 14 (2.2)", None, "a: 12 (1.9), b: 14 (2.2)"
+    ]  # fmt: skip
+    assert rows["blocks drained after idle (s)"] == [None, 1.2, None, "not within 8"]
+
+
+# -- the lease blocks in Redis ------------------------------------------------------------------
+
+
+def test_lease_keys_are_named_as_the_proxy_names_them() -> None:
+    keys = lease_keys("trio-batcher:")
+    assert keys["blocks"] == "{trio-batcher}:sem:upstream:blocks"
+    assert keys["used"] == "{trio-batcher}:sem:upstream:used"
+    assert keys["expiry"] == "{trio-batcher}:sem:upstream:expiry"
+    assert lease_keys("bench")["wants"] == "{bench}:sem:upstream:wants"
+
+
+def test_blocks_left_in_redis_after_idle_are_a_ghost_lease() -> None:
+    gone = lease_residue({}, {}, {}, 0)
+    assert gone == {
+        "instances_holding": 0, "slots_held": 0, "used": 0, "wants": 0,
+        "expiry_entries": 0, "drained": True,
+    }  # fmt: skip
+    # A block with nothing used is still a ghost: its slots are nobody else's.
+    ghost = lease_residue({"i1": "3", "i2": "5"}, {"i1": "0", "i2": "0"}, {"i1": "0"}, 2)
+    assert ghost["drained"] is False and ghost["slots_held"] == 8
+    assert ghost["instances_holding"] == 2 and ghost["used"] == 0
+    assert lease_residue({}, {"i1": "1"}, {}, 0)["drained"] is False
+
+    ok = drain_check("cluster", {"drained": True, "drain_s": 1.3, "bound_s": 8.0, "residue": gone})
+    assert ok.ok and ok.actual == "drained in 1.3 s"
+    assert (
+        ok.name == "cluster: no ghost lease: the blocks in Redis drained once the proxies were idle"
+    )
+    bad = drain_check(
+        "cluster", {"drained": False, "drain_s": 8.0, "bound_s": 8.0, "residue": ghost}
+    )
+    assert not bad.ok and bad.actual == "8 slots held by 2 instance(s), 0 used, after 8.0 s"
+
+
+def test_a_lost_lease_or_a_missing_cluster_block_fails_its_instances_check() -> None:
+    checks = lease_checks("cluster", {"a": {"leases_lost": 0}, "b": {"leases_lost": 2}, "c": None})
+    assert [(c.name, c.ok, c.actual) for c in checks] == [
+        ("cluster/a: no lease lost (leases_lost at the end)", True, 0),
+        ("cluster/b: no lease lost (leases_lost at the end)", False, 2),
+        ("cluster/c: no lease lost (leases_lost at the end)", False, None),
+    ]
+
+
+def test_lease_syncs_are_counted_over_the_phase_and_per_second() -> None:
+    before = {"a": {"lease_syncs": 5}, "b": {"lease_syncs": 7}, "c": None}
+    after = {"a": {"lease_syncs": 25}, "b": {"lease_syncs": 17}, "c": {"lease_syncs": 3}}
+    assert lease_sync_counts(before, after, 10.0) == {
+        "a": {"syncs": 20, "per_s": 2.0},
+        "b": {"syncs": 10, "per_s": 1.0},
+        "c": {"syncs": None, "per_s": None},
+    }
+
+
+def test_resp_commands_and_replies_round_trip_as_data() -> None:
+    assert encode_command("HGETALL", "{x}:a b") == b"*2\r\n$7\r\nHGETALL\r\n$7\r\n{x}:a b\r\n"
+    reply = b"*4\r\n$2\r\ni1\r\n$1\r\n3\r\n$-1\r\n:5\r\n+OK\r\n"
+    assert parse_reply(reply) == (["i1", "3", None, 5], len(reply) - 5)
+    assert parse_reply(reply, len(reply) - 5) == ("OK", len(reply))
+    for cut in (3, 10, len(reply) - 9):
+        with pytest.raises(IncompleteReply):
+            parse_reply(reply[:cut])
+    with pytest.raises(ServerError, match="WRONGTYPE"):
+        parse_reply(b"-WRONGTYPE Operation against a key\r\n")
+    assert hash_of(["i1", "3", "i2", "0"]) == {"i1": "3", "i2": "0"}
+    assert hash_of([]) == {}
+    with pytest.raises(ServerError):
+        hash_of(["odd"])
 
 
 def test_the_cluster_block_is_kept_without_the_random_instance_id() -> None:
@@ -238,6 +366,10 @@ async def test_the_benchs_redis_restarts_on_its_port_empty(tmp_path: Path) -> No
         await redis.start()
         assert redis.port == port and redis.pid not in (None, first)
         assert "ping" in await redis.commandstats()
+        key = lease_keys("trio-batcher:")["blocks"]
+        assert await redis.query("HSET", key, "i1", "3", "i2", "5") == 2
+        assert hash_of(await redis.query("HGETALL", key)) == {"i1": "3", "i2": "5"}
+        assert await redis.query("ZCARD", "{trio-batcher}:absent") == 0
     assert redis.pid is None
     with pytest.raises(OSError):
         await trio.open_tcp_stream("127.0.0.1", port)
@@ -261,23 +393,47 @@ def test_a_tiny_cluster_run_holds_the_cap_across_two_instances(tmp_path: Path) -
     scenario = report["scenarios"]["cluster"]
     failed = [c for c in scenario["checks"] if not c["ok"]]
     assert done.returncode == 0 and not failed, (failed, done.stderr[-3000:])
-    assert [p["name"] for p in scenario["phases"]] == ["single", "cluster"]
+    assert [p["name"] for p in scenario["phases"]] == [
+        "single", "cluster", "single-unbound", "cluster-unbound"
+    ]  # fmt: skip
     names = {c["name"] for c in scenario["checks"]}
     assert "cluster: no upstream call started above the cap (every call's trace)" in names
     assert "cluster/b: clients vs proxy requests.total" in names
     assert "cluster/a: the shared state is in shared mode at the end" in names
+    for phase in ("cluster", "cluster-unbound"):
+        assert f"{phase}/a: no lease lost (leases_lost at the end)" in names
+        assert (
+            f"{phase}: no ghost lease: the blocks in Redis drained once the proxies were idle"
+            in names
+        )
+    assert "cluster-unbound: every upstream call's trace was audited" in names
     summary = scenario["summary"]
     single, cluster = summary["single"], summary["cluster"]
     assert single["cluster"] is None and single["redis_cpu_ms_per_request"] is None
     assert set(cluster["cluster"]) == {"a", "b"}
     instance = cluster["cluster"]["a"]
     assert instance["mode"] == "shared" and "instance" not in instance
-    assert cluster["redis_commands"]["scripts_per_request"] >= 2  # an acquire and a release
+    # Blocks, not a lease per request: far fewer scripts than requests.
+    assert cluster["redis_commands"]["scripts_per_request"] < 1
+    assert set(cluster["lease_syncs"]) == {"a", "b"}
+    assert (
+        cluster["lease_drain"]["drained"] and cluster["lease_drain"]["residue"]["slots_held"] == 0
+    )
+    unbound = summary["unbound"]
+    assert unbound["cap"] == 1024 and unbound["cores"] and unbound["throughput_ratio"]
     for config in (single, cluster):
         assert config["cap_violations"] == 0 and config["upstream_max_in_flight"] <= 8
         assert config["traces_audited"] == config["upstream_requests"] == config["requests"]
+    for config in (unbound["single"], unbound["cluster"]):
+        assert config["traces_audited"] == config["upstream_requests"] == config["requests"]
     assert sum(cluster["requests_by_instance"].values()) == cluster["requests"]
     assert summary["proxy_cpu_added_ms_per_request"] is not None
+    assert summary["proxy_cpu_ratio"] is not None
+    targets = {t["name"]: t for t in scenario["targets"]}
+    assert (
+        targets["proxy CPU per request, 2 instances + Redis vs 1 instance (cap binding)"]["target"]
+        == "<= 1.3x"
+    )
     rows = scenario["traces"]["in_flight"]["cluster"]["rows"]
     assert rows and max(row[1] for row in rows) <= 8
     markdown = out.with_suffix(".md").read_text()

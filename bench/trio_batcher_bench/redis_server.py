@@ -8,6 +8,10 @@ exit, error or cancellation, in a shielded scope -- stops it (SIGTERM, then SIGK
 same server down and up again on the same port, so the soak can restart it under load; a
 restarted server is empty, as a Redis without persistence is after a crash.
 
+``RedisServer.query`` sends one command in RESP and parses its reply (``encode_command``,
+``parse_reply``: enough of RESP2 for ``HGETALL`` and ``ZCARD``), so the ``cluster`` scenario
+can read the lease blocks the proxies left in Redis without a client library.
+
 No ``redis-server`` on ``PATH``: ``redis_binary()`` is ``None`` and the caller says so
 (the ``cluster`` scenario is skipped, the soak runs without shared state).
 """
@@ -20,13 +24,24 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Final, final
+from typing import Final, TypeAlias, final
 
 import trio
 
 from .processes import ServerError, free_port, terminate
 
-__all__ = ["NO_REDIS", "RedisServer", "parse_commandstats", "redis_binary", "running_redis"]
+__all__ = [
+    "NO_REDIS",
+    "IncompleteReply",
+    "RedisServer",
+    "Reply",
+    "encode_command",
+    "hash_of",
+    "parse_commandstats",
+    "parse_reply",
+    "redis_binary",
+    "running_redis",
+]
 
 START_TIMEOUT_S: Final = 10.0
 STOP_GRACE_S: Final = 8.0
@@ -84,6 +99,66 @@ async def _command(port: int, command: bytes) -> bytes:
                 break
             data += piece
         return data[:size]
+
+
+# A RESP2 reply: simple and bulk strings (decoded), integers, nil, arrays of those.
+Reply: TypeAlias = str | int | list["Reply"] | None
+
+
+class IncompleteReply(Exception):
+    """The bytes so far end before the reply does: read more."""
+
+
+def encode_command(*args: str) -> bytes:
+    """One command as a RESP array of bulk strings (any key, braces and spaces included)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def parse_reply(data: bytes, at: int = 0) -> tuple[Reply, int]:
+    """The RESP2 reply that starts at ``data[at]``, and the offset just past it.
+
+    Raises:
+      IncompleteReply: ``data`` ends before the reply does.
+      ServerError: Redis answered an error (``-ERR ...``).
+    """
+    end = data.find(b"\r\n", at)
+    if end < 0:
+        raise IncompleteReply
+    kind, line, after = data[at : at + 1], data[at + 1 : end].decode(errors="replace"), end + 2
+    if kind == b"+":
+        return line, after
+    if kind == b"-":
+        raise ServerError(f"redis-server answered an error: {line[:200]}")
+    if kind == b":":
+        return int(line), after
+    if kind == b"$":
+        size = int(line)
+        if size < 0:
+            return None, after
+        if len(data) < after + size + 2:
+            raise IncompleteReply
+        return data[after : after + size].decode(errors="replace"), after + size + 2
+    if kind == b"*":
+        count = int(line)
+        if count < 0:
+            return None, after
+        items: list[Reply] = []
+        for _ in range(count):
+            item, after = parse_reply(data, after)
+            items.append(item)
+        return items, after
+    raise ServerError(f"not a RESP reply: {data[at : at + 80]!r}")
+
+
+def hash_of(reply: Reply) -> dict[str, str]:
+    """``HGETALL``'s flat ``[field, value, ...]`` as a dict."""
+    if not isinstance(reply, list) or len(reply) % 2:
+        raise ServerError(f"not a HGETALL reply: {reply!r:.200}")
+    return {str(reply[i]): str(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 
 @final
@@ -151,6 +226,28 @@ class RedisServer:
         with trio.fail_after(5):
             reply = await _command(self.port, b"INFO commandstats")
         return parse_commandstats(reply.decode(errors="replace"))
+
+    async def query(self, *args: str) -> Reply:
+        """One command, on a connection of its own, and its parsed reply.
+
+        Raises:
+          ServerError: Redis answered an error, or closed the connection mid-reply.
+        """
+        with trio.fail_after(5):
+            stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+            async with stream:
+                await stream.send_all(encode_command(*args))
+                data = b""
+                while True:
+                    try:
+                        return parse_reply(data)[0]
+                    except IncompleteReply:
+                        piece = await stream.receive_some(65536)
+                        if not piece:
+                            raise ServerError(
+                                f"redis-server closed mid-reply to {args[0]}"
+                            ) from None
+                        data += piece
 
     async def clients(self) -> int:
         """Client connections open now, this question's own left out (``INFO clients``)."""

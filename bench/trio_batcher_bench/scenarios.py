@@ -152,12 +152,16 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "200 requests/s: the cap binds. The same closed-loop load (10,000 requests from "
             "300 clients; --quick 1,500 from 100) goes through one proxy with "
             "BATCH_MAX_CONCURRENCY=8 and no Redis, then through two proxy processes with the "
-            "same cap and REDIS_URL pointing at one redis-server the bench starts, half the "
-            "clients on each. Every upstream call's trace is audited against the cap (no "
-            "call may start with 8 already in flight); reported side by side: throughput, "
-            "the upstream's peak and mean in flight, client errors, the proxies' CPU per "
-            "request (the difference is what the Redis round trips cost) and redis-server's, "
-            "and each instance's /metrics cluster block. Skipped without redis-server.",
+            "same cap and REDIS_URL pointing at one redis-server the bench starts "
+            "(REDIS_LEASE_TTL_S=3), half the clients on each; then the same pair with a cap "
+            "of 1024 that does not bind (5,000 requests; --quick 1,500). Every upstream "
+            "call's trace is audited against the cap (no call may start with the cap already "
+            "in flight); after each Redis phase the lease blocks must drain from Redis once "
+            "the proxies are idle (no ghost lease) and no instance may have lost a lease. "
+            "Reported side by side: throughput, the upstream's peak and mean in flight, "
+            "client errors, the proxies' CPU per request (the ratio is issue 30's <= 1.3x), "
+            "redis-server's, Redis commands and lease syncs, and each instance's /metrics "
+            "cluster block. Skipped without redis-server.",
             run_cluster,
         ),
         Scenario(
