@@ -348,16 +348,15 @@ class LeaseSemaphore:
         """Give ``holder``'s slot back to the block: the next waiter gets it at once; a
         no-op for an id this instance does not hold. No Redis round trip; the block
         itself goes back at the next sync if others are owed it."""
+        if holder in self._held:  # before the checkpoint: a cancelled release still frees
+            self._held.discard(holder)
+            self._pump()
+            used = len(self._held)
+            if self._block > max(used, min(self._block, self._target)):
+                self._want_sync()  # above its target with a slot to spare: give it back
+            elif (self._news or self._short_seen > 0) and self._block > used + len(self._queue):
+                self._want_sync()  # someone may want it: offer what is idle
         await trio.lowlevel.checkpoint()
-        if holder not in self._held:
-            return
-        self._held.discard(holder)
-        self._pump()
-        used = len(self._held)
-        if self._block > max(used, min(self._block, self._target)):
-            self._want_sync()  # above its target with a slot to spare: give it back
-        elif (self._news or self._short_seen > 0) and self._block > used + len(self._queue):
-            self._want_sync()  # someone may want it: offer what is idle
 
     @asynccontextmanager
     async def slot(self, holder: str) -> AsyncIterator[None]:
