@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx2
 import trio
+from batch_support import FINAL, MODEL, line
 from support import SIM_KEY, openai_client, proxy_settings, running_proxy, running_simulator
 
 from trio_batcher.edge.openai_batches import new_batch
@@ -27,15 +28,6 @@ from trio_batcher.store.files import BATCH_INPUT
 from trio_batcher.translation.openai_chat import TranslationOptions
 from trio_batcher.upstream.batches import MessageBatchesClient
 from trio_batcher.upstream.pool import UpstreamPool
-
-MODEL = "claude-sonnet-4-5"
-FINAL = {"completed", "failed", "expired", "cancelled"}
-
-
-def line(custom_id: str, n: int) -> bytes:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"Say hello #{n}"}]}
-    entry = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
-    return json.dumps({**entry, "body": body}).encode() + b"\n"
 
 
 async def until_final(client: Any, batch_id: str, seconds: float = 30) -> Any:

@@ -11,7 +11,6 @@ between two open files of one process as between two processes).
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 import trio
+from batch_support import FINAL, MODEL, line
 from support import SIM_KEY, running_simulator
 
 from trio_batcher.edge.openai_batches import new_batch
@@ -34,15 +34,6 @@ from trio_batcher.store.files import BATCH_INPUT
 from trio_batcher.translation.openai_chat import TranslationOptions
 from trio_batcher.upstream.batches import MessageBatchesClient
 from trio_batcher.upstream.pool import UpstreamPool
-
-MODEL = "claude-sonnet-4-5"
-FINAL = {"completed", "failed", "expired", "cancelled"}
-
-
-def line(custom_id: str, n: int) -> bytes:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"Say hello #{n}"}]}
-    entry = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
-    return json.dumps({**entry, "body": body}).encode() + b"\n"
 
 
 class CallLog:
