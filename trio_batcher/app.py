@@ -137,9 +137,15 @@ class ProxyApp(QuartTrio):
             rt.draining = True
             rt.gate.close()
             rt.dispatcher.close()
+            if rt.flex is not None:  # flushes what it holds; its batches answer on
+                rt.flex.close()
             with trio.move_on_after(rt.settings.shutdown_grace_s):
                 await rt.gate.wait_idle()
                 await rt.dispatcher.wait_drained()
+                if rt.flex is not None:
+                    await rt.flex.wait_idle()
+            if rt.flex is not None:
+                rt.flex.fail_remaining()
             if rt.gate.statistics().active or not rt.dispatcher.statistics().idle:
                 log.warning("shutdown grace period over: cancelling the requests still running")
             rt.dispatcher.cancel_remaining()
@@ -253,6 +259,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             await app.nursery.start(rt.shared.run)
         await app.nursery.start(rt.run_ledger)
         await app.nursery.start(rt.dispatcher.run)
+        if rt.flex is not None:
+            await app.nursery.start(rt.flex.run)
         app.nursery.start_soon(
             tidy_heap_periodically, settings.heap_trim_interval_s, rt.requests_finished_and_open
         )
@@ -524,6 +532,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         snapshot = {"view": "gateway", **rt.metrics.snapshot(rt.gauges())}
         snapshot["upstream"] = rt.upstream_statistics()
         snapshot["cluster"] = rt.cluster_statistics()
+        snapshot["flex"] = rt.metrics.flex.snapshot(rt.flex_pending())
         if (counted := await batch_status.refresh()) is not None:
             snapshot["batches"] = counted
         return json_response(snapshot, headers=no_store)

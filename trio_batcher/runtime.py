@@ -33,6 +33,8 @@ from .observatory.prometheus_connections import ConnectionsCollector
 from .offline import BATCH_PRICE_FACTOR
 from .offline import SURFACE as BATCH_SURFACE
 from .pipeline.core import Pipeline
+from .pipeline.flex import FlexPath
+from .pipeline.flex_window import FlexWindow
 from .pipeline.tenancy import TenantGuard
 from .settings import Settings, SettingsError
 from .store import resolve_data_dir
@@ -47,6 +49,7 @@ from .tenants import (
     read_tenants_file,
 )
 from .tenants.ledger import SpendLedger
+from .upstream.batches import MessageBatchesClient
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
 from .upstreams.affinity import AffinityTable
@@ -192,6 +195,7 @@ class Runtime:
             on_refused=self._record_refused,
             shared=self.shared.tenant_limits if self.shared is not None else None,
         )
+        self.flex = self._flex_window()
         self.pipeline = Pipeline(
             settings=settings,
             fleet=self.fleet,
@@ -199,6 +203,7 @@ class Runtime:
             gate=self.gate,
             metrics=self.metrics,
             guard=self.guard,
+            flex=self._flex_path(),
         )
         self.prometheus = (
             PrometheusExporter(
@@ -242,6 +247,45 @@ class Runtime:
             self.metrics,
             share=(lambda: shared.affinity) if shared is not None else None,
         )
+
+    def _batches_upstream(self) -> str | None:
+        """The first anthropic upstream's name: where Message Batches go (``effective_settings``
+        points the app's pool and key at it); None for a gateway of clouds only."""
+        for steward in self.fleet.stewards:
+            if steward.spec.kind == "anthropic":
+                return steward.name
+        return None
+
+    def _flex_window(self) -> FlexWindow | None:
+        """The flex window (``pipeline.flex_window``), when ``service_tier: "flex"`` can be
+        batched: ``FLEX_MAX_PENDING`` > 0 and an anthropic upstream to hold the batches."""
+        settings = self.settings
+        if settings.flex_max_pending == 0 or self._batches_upstream() is None:
+            return None
+        return FlexWindow(
+            MessageBatchesClient(settings, self.http),
+            size=settings.flex_window_size,
+            window_s=settings.flex_window_s,
+            max_pending=settings.flex_max_pending,
+            totals=self.metrics.flex if self.metrics is not None else None,
+            price_factor=BATCH_PRICE_FACTOR,
+        )
+
+    def _flex_path(self) -> FlexPath | None:
+        if self.flex is None:
+            return None
+        return FlexPath(
+            self.flex,
+            max_wait_s=self.settings.flex_max_wait_s,
+            on_timeout=self.settings.flex_on_timeout,
+            price_factor=BATCH_PRICE_FACTOR,
+            upstream=self._batches_upstream(),
+            metrics=self.metrics,
+        )
+
+    def flex_pending(self) -> int:
+        """Flex requests waiting now (the ``flex.pending`` of ``/metrics``)."""
+        return self.flex.pending if self.flex is not None else 0
 
     async def aclose(self) -> None:
         """Close every upstream's connections (the lifespan's end)."""

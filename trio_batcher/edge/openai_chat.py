@@ -48,6 +48,8 @@ class OpenAIChatDoor:
             default_max_tokens=settings.default_max_tokens,
             anthropic_version=settings.anthropic_version,
         )
+        # With a flex window, service_tier "flex" is honoured (pipeline.flex), not ignored.
+        self._flex_options = replace(self._options, flex=True)
         # Large bodies are translated in a worker thread, one at a time, so that a body with
         # a million parts does not stall every other request on the event loop.
         self._large_bodies = trio.CapacityLimiter(1)
@@ -57,13 +59,14 @@ class OpenAIChatDoor:
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         payload, arrived = incoming.payload, incoming.arrived
         facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
+        options = self._flex_options if pipeline.flex_ready else self._options
         try:
             if incoming.large:
                 tr, request = await trio.to_thread.run_sync(
-                    _translate, payload, self._options, True, facts_of, limiter=self._large_bodies
+                    _translate, payload, options, True, facts_of, limiter=self._large_bodies
                 )
             else:
-                tr, request = _translate(payload, self._options, False, facts_of)
+                tr, request = _translate(payload, options, False, facts_of)
         except ProxyError as exc:
             # Under ``(none)``: the model named by a request we refuse is unchecked input,
             # and must not use up the registry's per-model entries.
@@ -94,6 +97,12 @@ def _translate(
     """
     tr = translate_request(payload, options)
     body, request = upstream_request_of(
-        tr.body, tr.upstream_model, tr.stream, SURFACE, large=large, facts_of=facts_of
+        tr.body,
+        tr.upstream_model,
+        tr.stream,
+        SURFACE,
+        large=large,
+        facts_of=facts_of,
+        flex=tr.flex,
     )
     return (replace(tr, body=body) if large else tr), request

@@ -104,6 +104,8 @@ class ResponsesDoor:
             default_max_tokens=settings.default_max_tokens,
             anthropic_version=settings.anthropic_version,
         )
+        # With a flex window, service_tier "flex" is honoured (pipeline.flex), not ignored.
+        self._flex_options = replace(self._options, flex=True)
         self._store = store
         # Whether client keys are required (then each key owns what it stores).
         self._keyed = keyed or (lambda: bool(settings.proxy_api_keys))
@@ -118,11 +120,12 @@ class ResponsesDoor:
             history = await self._history(payload, owner)
             references = await self._references(payload, history, owner)
             facts_of = pipeline.route_facts(incoming.tenant, incoming.scope["headers"])
+            options = self._flex_options if pipeline.flex_ready else self._options
             if incoming.large:
                 tr, request = await trio.to_thread.run_sync(
                     _translate,
                     payload,
-                    self._options,
+                    options,
                     history,
                     references,
                     True,
@@ -130,9 +133,7 @@ class ResponsesDoor:
                     limiter=self._large_bodies,
                 )
             else:
-                tr, request = _translate(
-                    payload, self._options, history, references, False, facts_of
-                )
+                tr, request = _translate(payload, options, history, references, False, facts_of)
         except ProxyError as exc:
             stream = isinstance(payload, dict) and payload.get("stream") is True
             timing = pipeline.record_refused(
@@ -292,6 +293,12 @@ def _translate(
     once, and its translated tree dropped (as the Chat door does, ``openai_chat._translate``)."""
     tr = translate_request(payload, options, history, references)
     body, request = upstream_request_of(
-        tr.body, tr.upstream_model, tr.stream, SURFACE, large=large, facts_of=facts_of
+        tr.body,
+        tr.upstream_model,
+        tr.stream,
+        SURFACE,
+        large=large,
+        facts_of=facts_of,
+        flex=tr.flex,
     )
     return (replace(tr, body=body) if large else tr), request

@@ -25,9 +25,11 @@ def upstream_request_of(
     *,
     large: bool,
     facts_of: FactsOf | None,
+    flex: bool = False,
 ) -> tuple[dict[str, Any], UpstreamRequest]:
     """(the body the door keeps, the upstream request): ``body`` itself, or for a
-    ``large`` one its outline, the whole having been encoded into the request."""
+    ``large`` one its outline, the whole having been encoded into the request; ``flex``:
+    the translation found ``service_tier: "flex"`` to honour (``pipeline.flex``)."""
     facts = facts_of(model, body) if facts_of is not None else NO_FACTS
     content = None
     if large:
@@ -41,5 +43,6 @@ def upstream_request_of(
         content=content,
         conversation=facts.conversation,
         anthropic_only=facts.anthropic_only,
+        service_tier="flex" if flex else None,
     )
     return body, request

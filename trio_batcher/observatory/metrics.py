@@ -52,6 +52,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Final, Literal, final
 
+from .flex import FlexTotals
 from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
 from .latency import Histogram, HistogramCounts
 from .latency import Timing as Timing
@@ -136,6 +137,8 @@ class MetricsRegistry:
             self.window, known_upstreams=known_upstreams, max_upstreams=max_upstreams
         )
         self._routing = RoutingTotals()
+        # The flex path's own counters (``service_tier: "flex"``), the ``flex`` block.
+        self.flex: Final = FlexTotals(self.window, pricing)
         self._clock = clock
         self._started_mono = clock()
         self._started_wall = time.time()

@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import (
 )
 
 from ..upstream.resilience import ResilienceStatistics
+from .flex import FlexCollector
 from .gc_pauses import GcStatistics
 from .metrics import Gauges, MetricsRegistry
 from .prometheus_breakdown import PREFIX, buckets, surface_families, tenant_families
@@ -242,6 +243,7 @@ class PrometheusExporter:
         self._registry = registry
         self.collector_registry = CollectorRegistry(auto_describe=False)
         self.collector_registry.register(_RegistryCollector(registry, gauges_fn, upstream_fn))
+        self.collector_registry.register(FlexCollector(registry.flex))
         if cluster_fn is not None:
             self.collector_registry.register(ClusterCollector(cluster_fn))
 

@@ -59,6 +59,7 @@ from ..upstream.resilience import StreamEvent
 from ..upstreams.facts import FactsOf, facts_of
 from ..upstreams.fleet import Fleet, Served
 from .contract import CLIENT_CLOSED, JSONReply, ReplyCodec, StreamReply
+from .flex import FLEX, FlexPath
 from .outcomes import Outcomes, request_timing
 from .relay import StreamRelay, deadline_error
 from .stream_job import pump_stream
@@ -84,14 +85,22 @@ class Pipeline:
         gate: AdmissionGate,
         metrics: MetricsRegistry | None,
         guard: TenantGuard | None = None,
+        flex: FlexPath | None = None,
     ) -> None:
         self.settings = settings
+        self._flex = flex
         self.metrics = metrics
         self._outcomes = Outcomes(metrics)
         self._guard = guard
         self._fleet = fleet
         self._dispatcher = dispatcher
         self._gate = gate
+
+    @property
+    def flex_ready(self) -> bool:
+        """Whether a ``service_tier: "flex"`` request can be batched here (an anthropic
+        upstream, ``FLEX_MAX_PENDING`` > 0); a door names the tier as ignored if not."""
+        return self._flex is not None
 
     def route_facts(
         self, tenant: Tenant | None, headers: Iterable[tuple[bytes, bytes]]
@@ -127,6 +136,17 @@ class Pipeline:
                     timing = Timing(total=trio.current_time() - arrived)
                     exc.headers["Server-Timing"] = timing.server_timing_header()
                     raise codec.error(exc) from None
+        if self._flex is not None and request.service_tier == FLEX and not request.stream:
+            # Deferrable: no gate slot, no upstream slot while it waits for its batch.
+            try:
+                flexed = await self._flex.serve(request, codec, arrived, grant)
+            except ProxyError as exc:
+                raise codec.error(exc) from None
+            if flexed is not None:
+                return flexed
+            # FLEX_ON_TIMEOUT=realtime: a realtime call now, with a deadline of its own.
+            request = replace(request, service_tier=None)
+            deadline = trio.current_time() + self.settings.request_timeout_s
         early = self._fleet.shed_error(deadline, request.model, request.pinned)
         if early is not None:  # the upstream asked us to wait longer than this request may
             if grant is not None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any, Final, Protocol, final
 
 from ..admission.gate import TenantShare
@@ -110,11 +111,18 @@ class TenantGrant:
         self._settled = False
 
     def settle(
-        self, model: str, usage: Mapping[str, Any] | None, *, upstream: str | None = None
+        self,
+        model: str,
+        usage: Mapping[str, Any] | None,
+        *,
+        upstream: str | None = None,
+        price_factor: Decimal | None = None,
     ) -> None:
         """The request's usage is known (or it ended without any): charge the actual
         tokens and their cost, at the prices of the ``upstream`` that served it where the
-        price table gives it its own (the figure the observatory counts). Once per grant."""
+        price table gives it its own (the figure the observatory counts), times
+        ``price_factor`` when it was served at a discount (a flex request's Message
+        Batch). Once per grant."""
         if self._settled:
             return
         self._settled = True
@@ -126,6 +134,8 @@ class TenantGrant:
         cost = None
         if self._pricing is not None and usage:
             cost = self._pricing.cost(model, tokens, upstream=upstream)
+            if cost is not None and price_factor is not None:
+                cost *= price_factor
         if self._budgets is not None and cost:
             self._budgets.charge(self.name, float(cost))
         if self._shared is not None:  # the budget's reservation becomes the real cost

@@ -79,6 +79,11 @@ class Settings:
     batch_retention_days: float = 30.0
     batch_file_max_requests: int = 50_000
     batch_poll_concurrency: int = 4
+    flex_window_size: int = 100
+    flex_window_s: float = 2.0
+    flex_max_wait_s: float = 300.0
+    flex_on_timeout: str = "realtime"
+    flex_max_pending: int = 1000
     redis_url: str | None = dataclasses.field(default=None, repr=False)
     redis_key_prefix: str = "trio-batcher:"
     redis_lease_ttl_s: float = 5.0

@@ -288,6 +288,46 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "holds up the others; each step holds a page of lines and a 1 MiB buffer.",
     ),
     SettingSpec(
+        "FLEX_WINDOW_SIZE",
+        "flex_window_size",
+        parsers.integer(1),
+        100,
+        'A flex window (requests with service_tier "flex") is sent as one Message Batch '
+        "when it holds this many requests.",
+    ),
+    SettingSpec(
+        "FLEX_WINDOW_S",
+        "flex_window_s",
+        parsers.number(0),
+        2.0,
+        "A flex window is sent this long after its first request joined, if not full.",
+    ),
+    SettingSpec(
+        "FLEX_MAX_WAIT_S",
+        "flex_max_wait_s",
+        parsers.number(0, strict=True),
+        300.0,
+        "How long a flex request waits for its batch's result, from its arrival; past it, "
+        "FLEX_ON_TIMEOUT applies.",
+    ),
+    SettingSpec(
+        "FLEX_ON_TIMEOUT",
+        "flex_on_timeout",
+        parsers.one_of("realtime", "error"),
+        "realtime",
+        "A flex wait that ran out (or a batch that failed): 'realtime' = sent as a normal "
+        "call at full price (the reply says service_tier default); 'error' = 429 "
+        "resource_unavailable.",
+    ),
+    SettingSpec(
+        "FLEX_MAX_PENDING",
+        "flex_max_pending",
+        parsers.integer(0),
+        1000,
+        "Flex requests waiting at once (windows and batches); more get 429 "
+        "resource_unavailable. 0 = no flex: served realtime, service_tier named as ignored.",
+    ),
+    SettingSpec(
         "REDIS_URL",
         "redis_url",
         parsers.redis_url,

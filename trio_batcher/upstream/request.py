@@ -80,6 +80,9 @@ class UpstreamRequest:
         ``message_start``) with its message id and the upstream that served it, before
         the client has it: a door that records what the reply created (a thread's head)
         does it here, so a client's next request finds it recorded.
+      service_tier: ``"flex"``: the client said the request may wait, and its door found
+        the gateway able to batch it: the pipeline answers it through a Message Batch at
+        the batch price (``pipeline.flex``); ``None``: realtime, as always.
     """
 
     body: Mapping[str, Any]
@@ -93,3 +96,4 @@ class UpstreamRequest:
     anthropic_only: str | None = None
     pinned: str | None = None
     on_reply: ReplyHook | None = None
+    service_tier: str | None = None

@@ -1,4 +1,5 @@
-"""The top-level parameters both dialects spell alike: ``stop`` and the end user's id."""
+"""The top-level parameters both dialects spell alike: ``stop``, the end user's id and
+``service_tier``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,33 @@ from typing import Any
 from ...errors import invalid_request
 from .fields import Ignored, optional_str
 
-__all__ = ["metadata_user_id", "stop_sequences"]
+__all__ = ["FLEX_TIER", "metadata_user_id", "served_tier", "service_tier", "stop_sequences"]
+
+FLEX_TIER = "flex"
+
+
+def service_tier(
+    payload: Mapping[str, Any], stream: bool, can_flex: bool
+) -> tuple[str | None, bool]:
+    """(the tier the client asked for, whether the request takes the flex path).
+
+    Only ``"flex"`` on a request that is not a stream, on a gateway that can batch
+    (``can_flex``), changes anything: the request then waits for a Message Batch at half
+    price. Every other value (``auto``, ``default``, ``scale``, ``priority``, flex on a
+    stream) is served realtime as before and stays in ``ignored_params``; a value that is
+    not a string is ignored the same way (as it always was), and echoes nothing.
+    """
+    value = payload.get("service_tier")
+    asked = value if isinstance(value, str) else None
+    return asked, asked == FLEX_TIER and not stream and can_flex
+
+
+def served_tier(message: Mapping[str, Any]) -> str:
+    """The OpenAI tier that served an Anthropic reply: ``flex`` for a Message Batch's
+    (Anthropic's ``usage.service_tier: "batch"``), ``default`` for anything realtime."""
+    usage = message.get("usage")
+    batch = isinstance(usage, Mapping) and usage.get("service_tier") == "batch"
+    return FLEX_TIER if batch else "default"
 
 
 def stop_sequences(value: object, ignored: Ignored) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any, Final, final
 from ...errors import ProxyError
 from ...upstream.errors import openai_error_body, ratelimit_headers
 from ...upstream.sse import DONE, encode_data
+from .._common.params import served_tier
 from .request import TranslatedRequest
 from .response import translate_response
 from .stream import StreamTranslator
@@ -34,9 +35,12 @@ class OpenAIChatCodec:
 
     def reply(self, message: dict[str, Any], raw: bytes) -> dict[str, Any]:
         del raw  # translated, not relayed
-        return translate_response(
+        body = translate_response(
             message, model=self._tr.model, completion_id=self._id, created=self._created
         )
+        if self._tr.service_tier is not None:  # asked: say which tier served it
+            body["service_tier"] = served_tier(message)
+        return body
 
     def stream(self) -> OpenAIChatStream:
         return OpenAIChatStream(
@@ -45,7 +49,9 @@ class OpenAIChatCodec:
                 completion_id=self._id,
                 created=self._created,
                 include_usage=self._tr.include_usage,
-            )
+            ),
+            # A stream is always served realtime; said on every chunk when a tier was asked.
+            tier="default" if self._tr.service_tier is not None else None,
         )
 
     def error(self, exc: ProxyError) -> ProxyError:
@@ -61,15 +67,21 @@ class OpenAIChatStream:
     terminator: Final = DONE
     coalesces: Final = True  # a run of text deltas is one chunk
 
-    def __init__(self, translator: StreamTranslator) -> None:
+    def __init__(self, translator: StreamTranslator, tier: str | None = None) -> None:
         self._translator = translator
+        self._tier = tier
 
     def feed(self, name: str, data: Mapping[str, Any], raw: str) -> list[bytes]:
         del raw
-        return [encode_data(chunk) for chunk in self._translator.feed(name, data)]
+        return [encode_data(self._tiered(chunk)) for chunk in self._translator.feed(name, data)]
 
     def finish(self) -> list[bytes]:
-        return [encode_data(chunk) for chunk in self._translator.finish()]
+        return [encode_data(self._tiered(chunk)) for chunk in self._translator.finish()]
+
+    def _tiered(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        if self._tier is not None:
+            chunk["service_tier"] = self._tier
+        return chunk
 
     def upstream_error(self, data: Mapping[str, Any], raw: str) -> bytes:
         del raw

@@ -28,7 +28,7 @@ from typing import Any, Final
 from ...errors import invalid_request
 from .._common.fields import Ignored, optional_bool, optional_int, present
 from .._common.model_traits import traits_for
-from .._common.params import metadata_user_id, stop_sequences
+from .._common.params import metadata_user_id, service_tier, stop_sequences
 from .._common.preflight import MAX_CACHE_BREAKPOINTS as MAX_CACHE_BREAKPOINTS
 from .._common.preflight import check_cache_breakpoints, check_prefill, marks_cache
 from .._common.reasoning import MIN_THINKING_BUDGET as MIN_THINKING_BUDGET
@@ -103,11 +103,14 @@ class TranslationOptions:
         ``max_completion_tokens`` nor ``max_tokens``.
       anthropic_version: the ``anthropic-version`` the body is for; under ``2026-10-21``
         ``temperature``/``top_p``/``top_k`` are never sent (that version rejects them).
+      flex: whether the gateway can batch ``service_tier: "flex"`` (``pipeline.flex``);
+        without it the tier is named in ``ignored_params``, as every other tier is.
     """
 
     default_model: str
     default_max_tokens: int
     anthropic_version: str
+    flex: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,10 @@ class TranslatedRequest:
       cap_param: the client's field that became ``max_tokens`` (``max_completion_tokens``
         or ``max_tokens``); None when the gateway's default was sent. An upstream error
         about ``max_tokens`` is the client's to fix under that name.
+      service_tier: the ``service_tier`` the client asked for (a string), or None: replies
+        then name the tier that served them (``flex`` or ``default``).
+      flex: the request goes through the flex window (``service_tier: "flex"``, not a
+        stream, and ``TranslationOptions.flex``); otherwise the tier is ignored.
     """
 
     body: dict[str, Any]
@@ -131,6 +138,8 @@ class TranslatedRequest:
     include_usage: bool
     ignored_params: tuple[str, ...]
     cap_param: str | None = None
+    service_tier: str | None = None
+    flex: bool = False
 
     @property
     def upstream_model(self) -> str:
@@ -226,8 +235,9 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
     check_cache_breakpoints(body, _breakpoint_params(payload))
     if stream:
         body["stream"] = True
+    tier, flex = service_tier(payload, stream, options.flex)
     for key in IGNORED_PARAMS:
-        if present(payload, key):
+        if present(payload, key) and not (flex and key == "service_tier"):
             ignored.add(key)
     if optional_int(payload, "top_logprobs", minimum=0) == 0:
         ignored.add("top_logprobs")
@@ -243,6 +253,8 @@ def translate_request(payload: object, options: TranslationOptions) -> Translate
         include_usage=include_usage,
         ignored_params=tuple(in_request_order),
         cap_param=cap_param,
+        service_tier=tier,
+        flex=flex,
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final, final
 
 from ...errors import ProxyError
+from .._common.params import served_tier
 from ..openai_chat.codec import openai_headers
 from .request import ResponsesRequest
 from .response import client_view, translate_response
@@ -64,6 +65,7 @@ class ResponsesCodec:
         self._final = translate_response(
             message, self._tr, response_id=self._id, created_at=self._created_at
         )
+        self._final["service_tier"] = served_tier(message)  # flex from a Message Batch
         return client_view(self._final, self._tr.include)
 
     def stream(self) -> ResponsesStream:

@@ -14,8 +14,10 @@ a rule fixed there is fixed for both. Each top-level field falls in exactly one 
   ``parallel_tool_calls``, ``text``, ``reasoning``, ``max_output_tokens``, ``temperature``,
   ``top_p``, ``metadata`` (echoed and stored), ``user`` / ``safety_identifier``, ``stop``,
   ``truncation: disabled``, ``include: [reasoning.encrypted_content]``;
+- ``service_tier: "flex"`` on a request that is not a stream, when the gateway can batch
+  (``TranslationOptions.flex``): ``flex``, the request waits for a Message Batch;
 - ignored, named in ``ignored_params``: ``truncation: auto``, the prompt cache hints
-  (``prompt_cache_key``...), ``client_metadata``, ``service_tier``, ``max_tool_calls``
+  (``prompt_cache_key``...), ``client_metadata``, other ``service_tier`` values, ``max_tool_calls``
   (it counts built-in tool calls, of which there are none), ``stream_options``, other
   ``include`` values, ``text.verbosity``, inert web search tools, unknown fields;
 - rejected (400): ``background: true``, ``conversation``, ``prompt``, ``top_logprobs > 0``,
@@ -35,7 +37,7 @@ from ...errors import ProxyError, invalid_request
 from .._common.content import string_blocks
 from .._common.fields import Ignored, optional_bool, optional_int, optional_str, present
 from .._common.model_traits import traits_for
-from .._common.params import metadata_user_id, stop_sequences
+from .._common.params import metadata_user_id, service_tier, stop_sequences
 from .._common.preflight import check_cache_breakpoints, check_prefill, marks_cache
 from .._common.reasoning import thinking_for
 from .._common.sampling import sampling
@@ -112,6 +114,8 @@ class ResponsesRequest:
       tool_names: Anthropic tool name → (namespace, name) as the client knows the tool.
       include: the honoured ``include`` values (``reasoning.encrypted_content``), which
         decide what ``client_view`` shows.
+      flex: the request goes through the flex window (``service_tier: "flex"``, not a
+        stream, ``TranslationOptions.flex``); the response then says ``"flex"``.
     """
 
     body: dict[str, Any]
@@ -126,6 +130,7 @@ class ResponsesRequest:
     cap_param: str | None
     tool_names: Mapping[str, tuple[str | None, str]]
     include: tuple[str, ...] = field(default=())
+    flex: bool = False
 
 
 def translate_request(
@@ -234,8 +239,9 @@ def translate_request(
     if stream:
         body["stream"] = True
 
+    _, flex = service_tier(payload, stream, options.flex)
     for key in IGNORED_PARAMS:
-        if present(payload, key):
+        if present(payload, key) and not (flex and key == "service_tier"):
             ignored.add(key)
     if optional_int(payload, "top_logprobs", minimum=0) == 0:
         ignored.add("top_logprobs")
@@ -281,6 +287,7 @@ def translate_request(
         cap_param="max_output_tokens" if cap is not None else None,
         tool_names=tools.names,
         include=include,
+        flex=flex,
     )
 
 
