@@ -32,6 +32,11 @@ which can end it with a ``ProxyError``:
    the channel to the response body generator (``relay.StreamRelay``), which encodes event
    by event with no buffering.
 
+A non-streaming request the door marked ``service_tier="flex"`` leaves after station 0:
+it takes no gate slot and no upstream slot, and waits for its Message Batch instead
+(``flex.FlexPath``, ``flex_window``); if that wait runs out and ``FLEX_ON_TIMEOUT`` is
+``realtime``, it comes back to station 1 as a realtime request with a deadline of its own.
+
 One deadline, ``REQUEST_TIMEOUT_S`` from arrival, covers admission, queueing and every
 upstream byte; passing it answers 504 (or, mid-stream, an error event).
 """
