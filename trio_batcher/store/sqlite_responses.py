@@ -62,6 +62,13 @@ CREATE TABLE IF NOT EXISTS items (
     response_id TEXT NOT NULL,
     PRIMARY KEY (deployment, owner, id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS background_runs (
+    deployment  TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    runner      TEXT NOT NULL,
+    lease_until REAL NOT NULL,
+    PRIMARY KEY (deployment, id)
+) WITHOUT ROWID;
 """
 _INDEXES: Final = """
 CREATE INDEX IF NOT EXISTS responses_by_deployment ON responses (deployment, expires_at)
@@ -81,6 +88,27 @@ WITH RECURSIVE chain (depth, {_COLUMNS}) AS (
        AND chain.depth < {MAX_CHAIN}
 )
 SELECT {_COLUMNS} FROM chain ORDER BY depth DESC
+"""
+
+
+# Background responses (queued or in progress) whose run holds no live lease: the process
+# running them is gone. Each stored object is rewritten as failed, with the error given.
+# The thorough form reads every row of the deployment (at startup: it also finds a
+# response whose lease row was lost); the other only those named by a lapsed lease.
+_UNFINISHED: Final = """
+UPDATE responses
+   SET response = json_set(response, '$.status', 'failed', '$.error', json(:error))
+ WHERE deployment = :deployment AND expires_at > :now
+   AND json_extract(response, '$.status') IN ('queued', 'in_progress')
+"""
+_NO_LIVE_LEASE: Final = """
+   AND NOT EXISTS (SELECT 1 FROM background_runs AS b
+                    WHERE b.deployment = responses.deployment AND b.id = responses.id
+                      AND b.lease_until > :now)
+"""
+_LAPSED_LEASE: Final = """
+   AND id IN (SELECT id FROM background_runs
+               WHERE deployment = :deployment AND lease_until <= :now)
 """
 
 
@@ -254,6 +282,59 @@ class SQLiteResponseStore:
                     " responses AS r WHERE r.id = items.response_id AND r.owner = items.owner"
                     " AND r.deployment = items.deployment)",
                     (deployment,),
+                )
+            return cursor.rowcount
+
+        return await self._database.run(write)
+
+    async def lease(self, response_ids: Sequence[str], runner: str, until: float) -> None:
+        """Mark ``response_ids`` as run by ``runner`` (a process) until ``until``; called
+        before a background response is first stored, then again to renew the lease."""
+        rows = [(self._deployment.id, rid, runner, until) for rid in response_ids]
+        if not rows:
+            return
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO background_runs (deployment, id, runner, lease_until)"
+                    " VALUES (?,?,?,?)",
+                    rows,
+                )
+
+        await self._database.run(write)
+
+    async def release(self, response_id: str) -> None:
+        """The background run of ``response_id`` is over (its final object is stored)."""
+        deployment = self._deployment.id
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute(
+                    "DELETE FROM background_runs WHERE deployment = ? AND id = ?",
+                    (deployment, response_id),
+                )
+
+        await self._database.run(write)
+
+    async def fail_orphans(
+        self, now: float, error: dict[str, Any], *, thorough: bool = False
+    ) -> int:
+        """Rewrite as ``failed`` (with ``error``) every background response of this
+        deployment left queued or in progress by a process that is gone (no live lease);
+        returns how many. Leases past their time are dropped too."""
+        if not self._database.exists():
+            return 0
+        params = self._params(now=now, error=_dumps(error))
+        statement = _NO_LIVE_LEASE if thorough else _LAPSED_LEASE
+
+        def write(db: sqlite3.Connection) -> int:
+            with db:
+                cursor = db.execute(_UNFINISHED + statement, params)
+                db.execute(
+                    "DELETE FROM background_runs WHERE deployment = :deployment"
+                    " AND lease_until <= :now",
+                    params,
                 )
             return cursor.rowcount
 

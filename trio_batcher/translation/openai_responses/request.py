@@ -18,7 +18,8 @@ a rule fixed there is fixed for both. Each top-level field falls in exactly one 
   (``prompt_cache_key``...), ``client_metadata``, ``service_tier``, ``max_tool_calls``
   (it counts built-in tool calls, of which there are none), ``stream_options``, other
   ``include`` values, ``text.verbosity``, inert web search tools, unknown fields;
-- rejected (400): ``background: true``, ``conversation``, ``prompt``, ``top_logprobs > 0``,
+- run in the background: ``background: true`` (it needs ``store``: else a 400);
+- rejected (400): ``conversation``, ``prompt``, ``top_logprobs > 0``,
   ``include: [message.output_text.logprobs]``, built-in tools, ``file_id`` references.
 
 ``echo`` holds the request fields every response object repeats, with OpenAI's defaults
@@ -112,6 +113,8 @@ class ResponsesRequest:
       tool_names: Anthropic tool name → (namespace, name) as the client knows the tool.
       include: the honoured ``include`` values (``reasoning.encrypted_content``), which
         decide what ``client_view`` shows.
+      background: ``background: true``: answered at once as ``queued`` and run by the
+        gateway's background runner (``edge.background``).
     """
 
     body: dict[str, Any]
@@ -126,6 +129,7 @@ class ResponsesRequest:
     cap_param: str | None
     tool_names: Mapping[str, tuple[str | None, str]]
     include: tuple[str, ...] = field(default=())
+    background: bool = False
 
 
 def translate_request(
@@ -158,6 +162,13 @@ def translate_request(
     ignored = Ignored()
     stream = bool(optional_bool(payload, "stream"))
     store = optional_bool(payload, "store") is not False
+    background = bool(optional_bool(payload, "background"))
+    if background and not store:
+        raise invalid_request(
+            "background responses must be stored: send store: true (the default) with "
+            "background: true.",
+            param="background",
+        )
     previous = optional_str(payload, "previous_response_id")
     instructions = optional_str(payload, "instructions")
     include = include_list(payload, ignored)
@@ -264,7 +275,7 @@ def translate_request(
         "user": optional_str(payload, "user"),
         "safety_identifier": optional_str(payload, "safety_identifier"),
         "prompt_cache_key": optional_str(payload, "prompt_cache_key"),
-        "background": False,
+        "background": background,
         "service_tier": "default",
         "top_logprobs": 0,
     }
@@ -281,6 +292,7 @@ def translate_request(
         cap_param="max_output_tokens" if cap is not None else None,
         tool_names=tools.names,
         include=include,
+        background=background,
     )
 
 
