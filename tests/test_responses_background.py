@@ -17,6 +17,8 @@ import httpx2
 import openai
 import pytest
 import trio
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from support import (
     Sim,
     openai_client,
@@ -26,6 +28,7 @@ from support import (
     running_simulator,
 )
 
+from trio_batcher.observatory.background import BackgroundCollector, BackgroundStats
 from trio_batcher.store import SQLiteResponseStore, StoredResponse
 from trio_batcher.store.deployment import deployment_of
 
@@ -250,3 +253,21 @@ async def test_one_left_in_progress_by_a_process_that_died_is_failed_at_startup(
     assert body["status"] == "failed"
     assert body["error"]["code"] == "server_error"
     assert "stopped" in body["error"]["message"]
+
+
+def test_the_background_prometheus_families_are_in_the_docs_table() -> None:
+    stats = BackgroundStats()
+    stats.record_accepted()
+    stats.record_started(0.25)
+    stats.record_finished("completed", started=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BackgroundCollector(stats))
+    doc = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    rows = {line.split("`")[1]: line for line in doc.splitlines() if line.startswith("| `trio_")}
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    assert len(families) == 4
+    for family in families:
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {k for sample in family.samples for k in sample.labels}
+        assert name in rows and all(f"`{label}`" in rows[name] for label in labels), name
+    assert stats.snapshot()["queue_wait_s"]["p50"] == 0.25
