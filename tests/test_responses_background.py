@@ -245,10 +245,17 @@ async def test_one_left_in_progress_by_a_process_that_died_is_failed_at_startup(
             "usage": None,
             "error": None,
         }
+        # The dead process's lease ran out a moment ago; a live one's is left alone.
+        await store.lease(["resp_left_behind"], "dead-process", now - 1)
         await store.put(StoredResponse("resp_left_behind", "", now, now + 3600, None, left))
+        await store.lease(["resp_still_running"], "live-process", now + 60)
+        running = {**left, "id": "resp_still_running"}
+        await store.put(StoredResponse("resp_still_running", "", now, now + 3600, None, running))
         await store.aclose()
         async with running_proxy(settings) as url, httpx2.AsyncClient() as http:
             answer = await http.get(f"{url}/v1/responses/resp_left_behind")
+            other = await http.get(f"{url}/v1/responses/resp_still_running")
+    assert other.json()["status"] == "in_progress"
     body = json.loads(answer.text)
     assert body["status"] == "failed"
     assert body["error"]["code"] == "server_error"

@@ -30,8 +30,9 @@ stored. A graceful shutdown fails what is still queued at once, lets the running
 finish within ``SHUTDOWN_GRACE_S``, then cancels them and stores each ``failed`` with a
 message that says the gateway shut down. A process that dies leaves its leases to lapse:
 at startup, and every ``RENEW_EVERY_S`` after, the runner marks ``failed`` every
-background response of the deployment left ``queued`` / ``in_progress`` with no live
-lease. Nothing is resumed (the upstream request is not kept); nothing stays
+background response of the deployment left ``queued`` / ``in_progress`` whose lease has
+lapsed (a lease is dropped only once the final object is stored, so a final write that
+failed is caught the same way). Nothing is resumed (the upstream request is not kept); nothing stays
 ``in_progress`` for ever, and other processes sharing ``DATA_DIR`` keep theirs.
 """
 
@@ -182,14 +183,14 @@ class BackgroundRunner:
         """Own the background tasks until cancelled (the app's lifespan): first fail what a
         stopped process left unfinished, then renew this process's leases."""
         self._pipeline = pipeline
-        await self._sweep(thorough=True)
+        await self._sweep()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
             while True:
                 await trio.sleep(RENEW_EVERY_S)
                 await self._renew()
-                await self._sweep(thorough=False)
+                await self._sweep()
 
     def close(self) -> None:
         """The drain begins: accept nothing more, and fail what has not started."""
@@ -329,20 +330,23 @@ class BackgroundRunner:
         message = _SHUT_DOWN_RUNNING if job.started else _SHUT_DOWN_QUEUED
         return job.snapshot("failed", _error(message))
 
-    async def _write(self, job: BackgroundJob, response: dict[str, Any]) -> None:
+    async def _write(self, job: BackgroundJob, response: dict[str, Any]) -> bool:
         try:
             await self._store.put(job.record(response))
         except StoreUnavailable as exc:
             log.warning("could not store background response %s: %s", job.response_id, exc)
+            return False
+        return True
 
     async def _write_final(self, job: BackgroundJob, final: dict[str, Any]) -> None:
         """Store the final object and end the job, whatever the store does (shielded)."""
         try:
+            # The lease goes only once the final object is stored: else it lapses, and the
+            # sweep (of this process or the next) marks the response failed.
             with trio.move_on_after(_FINAL_WRITE_S):
-                await self._write(job, final)
-                # On failure the lease lapses; the sweep finds the response already final.
-                with contextlib.suppress(StoreUnavailable):
-                    await self._store.release(job.response_id)
+                if await self._write(job, final):
+                    with contextlib.suppress(StoreUnavailable):
+                        await self._store.release(job.response_id)
         finally:
             if job.events is not None:
                 job.events.finish()
@@ -362,9 +366,9 @@ class BackgroundRunner:
         except StoreUnavailable as exc:
             log.warning("could not renew the background responses' leases: %s", exc)
 
-    async def _sweep(self, *, thorough: bool) -> None:
+    async def _sweep(self) -> None:
         try:
-            failed = await self._store.fail_orphans(time.time(), _ORPHANED, thorough=thorough)
+            failed = await self._store.fail_orphans(time.time(), _ORPHANED)
         except StoreUnavailable as exc:
             log.warning("could not check for orphaned background responses: %s", exc)
             return

@@ -151,12 +151,9 @@ class ResponseStore(Protocol):
         """The background run of ``response_id`` is over."""
         ...
 
-    async def fail_orphans(
-        self, now: float, error: dict[str, Any], *, thorough: bool = False
-    ) -> int:
+    async def fail_orphans(self, now: float, error: dict[str, Any]) -> int:
         """Mark ``failed`` (with ``error``) the background responses still queued or in
-        progress whose lease has lapsed: their process is gone. ``thorough``: also those
-        with no lease at all (reads every record; for startup). Returns how many."""
+        progress whose lease has lapsed: their process is gone. Returns how many."""
         ...
 
     async def purge_expired(self, now: float) -> int:

@@ -55,19 +55,20 @@ CREATE TABLE IF NOT EXISTS responses (
     deployment  TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires_at);
-CREATE TABLE IF NOT EXISTS items (
-    deployment  TEXT NOT NULL,
-    owner       TEXT NOT NULL,
-    id          TEXT NOT NULL,
-    response_id TEXT NOT NULL,
-    PRIMARY KEY (deployment, owner, id)
-) WITHOUT ROWID;
+-- who runs each unfinished background response (edge.background), until when
 CREATE TABLE IF NOT EXISTS background_runs (
     deployment  TEXT NOT NULL,
     id          TEXT NOT NULL,
     runner      TEXT NOT NULL,
     lease_until REAL NOT NULL,
     PRIMARY KEY (deployment, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS items (
+    deployment  TEXT NOT NULL,
+    owner       TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    PRIMARY KEY (deployment, owner, id)
 ) WITHOUT ROWID;
 """
 _INDEXES: Final = """
@@ -91,24 +92,17 @@ SELECT {_COLUMNS} FROM chain ORDER BY depth DESC
 """
 
 
-# Background responses (queued or in progress) whose run holds no live lease: the process
-# running them is gone. Each stored object is rewritten as failed, with the error given.
-# The thorough form reads every row of the deployment (at startup: it also finds a
-# response whose lease row was lost); the other only those named by a lapsed lease.
-_UNFINISHED: Final = """
+# Background responses (queued or in progress) whose lease has lapsed: the process running
+# them is gone. Each stored object is rewritten as failed, with the error given. A lease is
+# taken before a response is first stored and dropped only once its final object is, so
+# every unfinished one has a lease row, and only those rows are read.
+_FAIL_ORPHANS: Final = """
 UPDATE responses
    SET response = json_set(response, '$.status', 'failed', '$.error', json(:error))
  WHERE deployment = :deployment AND expires_at > :now
-   AND json_extract(response, '$.status') IN ('queued', 'in_progress')
-"""
-_NO_LIVE_LEASE: Final = """
-   AND NOT EXISTS (SELECT 1 FROM background_runs AS b
-                    WHERE b.deployment = responses.deployment AND b.id = responses.id
-                      AND b.lease_until > :now)
-"""
-_LAPSED_LEASE: Final = """
    AND id IN (SELECT id FROM background_runs
                WHERE deployment = :deployment AND lease_until <= :now)
+   AND json_extract(response, '$.status') IN ('queued', 'in_progress')
 """
 
 
@@ -317,20 +311,17 @@ class SQLiteResponseStore:
 
         await self._database.run(write)
 
-    async def fail_orphans(
-        self, now: float, error: dict[str, Any], *, thorough: bool = False
-    ) -> int:
+    async def fail_orphans(self, now: float, error: dict[str, Any]) -> int:
         """Rewrite as ``failed`` (with ``error``) every background response of this
         deployment left queued or in progress by a process that is gone (no live lease);
         returns how many. Leases past their time are dropped too."""
         if not self._database.exists():
             return 0
         params = self._params(now=now, error=_dumps(error))
-        statement = _NO_LIVE_LEASE if thorough else _LAPSED_LEASE
 
         def write(db: sqlite3.Connection) -> int:
             with db:
-                cursor = db.execute(_UNFINISHED + statement, params)
+                cursor = db.execute(_FAIL_ORPHANS, params)
                 db.execute(
                     "DELETE FROM background_runs WHERE deployment = :deployment"
                     " AND lease_until <= :now",
