@@ -894,7 +894,7 @@ def test_the_default_model_alias_is_resolved() -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "background"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"conversation": {"id": "conv_1"}}, "conversation"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),

@@ -31,6 +31,7 @@ from .edge.anthropic_messages import COUNT_TOKENS_PATH, MESSAGES_PATH, CountToke
 from .edge.anthropic_models import anthropic_model, anthropic_model_list
 from .edge.api_routes import rule_for
 from .edge.auth import client_key, key_matches, proxy_key_error
+from .edge.background import BackgroundRunner
 from .edge.body import body_too_large
 from .edge.cors import OriginPolicy
 from .edge.endpoint import ApiEndpoint
@@ -47,6 +48,7 @@ from .edge.upload_flow import GatedBody, UploadFlow
 from .edge.visuals import visual_file
 from .edge.websocket import NoWebSockets
 from .errors import ProxyError, error_body
+from .observatory.background import BackgroundCollector
 from .observatory.batch_status import BatchStatusCollector, BatchStatusGauge
 from .offline import BatchPoller, purge_batches_periodically
 from .runtime import Runtime, effective_settings
@@ -112,6 +114,7 @@ class ProxyApp(QuartTrio):
     runtime: Runtime | None = None
     request_class = _ProxyRequest
     batch_poller: BatchPoller | None = None
+    background: BackgroundRunner | None = None
 
     def record_rejected(self, reason: str) -> None:
         """Count a request refused before it reached any route (``rejected.by_reason``)."""
@@ -133,27 +136,36 @@ class ProxyApp(QuartTrio):
         rt = self.runtime
         if rt is None:
             return
+        background = self.background
         if not rt.draining:
             rt.draining = True
             rt.gate.close()
             rt.dispatcher.close()
             if rt.flex is not None:  # flushes what it holds; its batches answer on
                 rt.flex.close()
+            if background is not None:  # queued background responses fail now
+                background.close()
             with trio.move_on_after(rt.settings.shutdown_grace_s):
                 await rt.gate.wait_idle()
                 await rt.dispatcher.wait_drained()
                 if rt.flex is not None:
                     await rt.flex.wait_idle()
+                if background is not None:
+                    await background.wait_idle()
             if rt.flex is not None:
                 rt.flex.fail_remaining()
             if rt.gate.statistics().active or not rt.dispatcher.statistics().idle:
                 log.warning("shutdown grace period over: cancelling the requests still running")
             rt.dispatcher.cancel_remaining()
+            if background is not None:  # each is stored failed, saying why
+                background.cancel_remaining()
             rt.drained.set()
         # Answers to cancelled requests take a moment to be written; don't wait forever.
         with trio.move_on_after(_ANSWER_MARGIN_S):
             await rt.drained.wait()
             await rt.gate.wait_idle()
+            if background is not None:
+                await background.wait_idle()
 
 
 async def _report_other_deployments(batches: SQLiteBatchStore, deployment_id: str) -> None:
@@ -189,6 +201,13 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
     data_dir = resolve_data_dir(settings.data_dir)
     deployment = deployment_of(settings)
     responses = SQLiteResponseStore(data_dir, deployment=deployment)
+    # Background responses (Responses API): run by this process, in the lifespan's nursery.
+    app.background = background = BackgroundRunner(
+        responses,
+        max_running=settings.background_max_running,
+        max_queued=settings.background_max_queued,
+        stream_buffer_bytes=settings.background_stream_buffer_bytes,
+    )
     files = SQLiteFileStore(data_dir, deployment=deployment)
     batches = SQLiteBatchStore(data_dir, files, deployment=deployment)
     # Who owns each object Anthropic keeps for the gateway (Message Batches, files,
@@ -213,7 +232,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             # Threads and file sources are each tenant's own (edge.anthropic_threads, _files).
             MESSAGES_PATH: MessagesDoor(owned, anthropic_files.known_file),
             COUNT_TOKENS_PATH: CountTokensDoor(),
-            RESPONSES_PATH: ResponsesDoor(settings, responses, keyed),
+            RESPONSES_PATH: ResponsesDoor(settings, responses, keyed, background),
         },
         max_body_bytes=settings.max_body_bytes,
         tenants=lambda: tenants.directory,
@@ -265,6 +284,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             tidy_heap_periodically, settings.heap_trim_interval_s, rt.requests_finished_and_open
         )
         app.nursery.start_soon(purge_expired_periodically, responses)
+        await app.nursery.start(background.run, rt.pipeline)
 
         # One task for the batches, stepping several at once, sharing them with the other
         # processes of the deployment; it resumes the unfinished ones after a restart.
@@ -288,6 +308,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         app.nursery.start_soon(_report_other_deployments, batches, deployment.id)
         if rt.prometheus is not None:
             rt.prometheus.collector_registry.register(BatchStatusCollector(batch_status))
+            rt.prometheus.collector_registry.register(BackgroundCollector(background.stats))
         app.runtime = rt
         log.info(
             "trio-batcher ready: upstream %s, state %s (deployment %s), batching %s, gate %s",
@@ -419,7 +440,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
             return json_response(anthropic_model(found, catalogue.infos))
         return json_response(found)
 
-    app.register_blueprint(responses_blueprint(responses, keyed))
+    app.register_blueprint(responses_blueprint(responses, keyed, background))
     app.register_blueprint(files_blueprint(files, keyed))
 
     def wake_poller() -> None:
@@ -535,6 +556,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         snapshot["flex"] = rt.metrics.flex.snapshot(rt.flex_pending())
         if (counted := await batch_status.refresh()) is not None:
             snapshot["batches"] = counted
+        snapshot["background"] = background.stats.snapshot()
         return json_response(snapshot, headers=no_store)
 
     @app.get("/metrics/prometheus")

@@ -9,6 +9,10 @@ finished response is written before the client can see it finish: a JSON reply a
 store returns, a stream's terminal event held until then (``_StoringStream``), so a client
 that retrieves or continues a response the moment it has it always finds it.
 
+A ``background: true`` request is validated the same way, then handed to the background
+runner (``edge.background``), which stores it ``queued`` and runs it detached from the
+connection; the create call is answered at once.
+
 A response belongs to the client key that created it (``owner_of``; with no
 ``PROXY_API_KEYS`` every caller is one owner), and another key's lookups see nothing.
 """
@@ -30,10 +34,12 @@ from ..pipeline.core import Pipeline
 from ..settings import Settings
 from ..store import ResponseStore, StoredResponse, owner_of
 from ..store.responses import ChainBroken, StoreUnavailable
+from ..tenants import Tenant
 from ..translation.openai_chat import TranslationOptions
 from ..translation.openai_responses import (
     ResponsesCodec,
     ResponsesRequest,
+    client_view,
     item_references,
     new_response_id,
     translate_request,
@@ -41,6 +47,8 @@ from ..translation.openai_responses import (
 from ..upstream.request import UpstreamRequest
 from ..upstreams.facts import FactsOf
 from .auth import client_key
+from .background import BackgroundJob, BackgroundRunner
+from .background_events import EventLog
 from .hosts import FOREIGN_HOST, host_not_allowed
 from .http import Incoming
 from .translated import upstream_request_of
@@ -97,7 +105,11 @@ class ResponsesDoor:
     relays_body: Final = False
 
     def __init__(
-        self, settings: Settings, store: ResponseStore, keyed: Callable[[], bool] | None = None
+        self,
+        settings: Settings,
+        store: ResponseStore,
+        keyed: Callable[[], bool] | None = None,
+        background: BackgroundRunner | None = None,
     ) -> None:
         self._options = TranslationOptions(
             default_model=settings.default_model,
@@ -111,6 +123,7 @@ class ResponsesDoor:
         self._keyed = keyed or (lambda: bool(settings.proxy_api_keys))
         self._retention_s = settings.responses_retention_days * _DAY_S
         self._large_bodies = trio.CapacityLimiter(1)
+        self._background = background
 
     async def handle(self, pipeline: Pipeline, incoming: Incoming) -> JSONReply | StreamReply:
         payload = incoming.payload
@@ -144,6 +157,8 @@ class ResponsesDoor:
         del payload, history, references
         incoming.release()
         codec = ResponsesCodec(tr, response_id=new_response_id(), created_at=int(time.time()))
+        if tr.background:
+            return await self._accept_background(pipeline, tr, codec, request, owner, incoming)
         reply = await pipeline.handle(request, codec, incoming.arrived, incoming.tenant)
         if not tr.store:
             return reply
@@ -153,6 +168,50 @@ class ResponsesDoor:
             return reply
         reply.body = _StoringStream(reply.body, keep)
         return reply
+
+    async def _accept_background(
+        self,
+        pipeline: Pipeline,
+        tr: ResponsesRequest,
+        codec: ResponsesCodec,
+        request: UpstreamRequest,
+        owner: str,
+        incoming: Incoming,
+    ) -> JSONReply | StreamReply:
+        """Store the response as queued, start it, and answer at once: the queued object,
+        or (``stream``) a stream of its events that a disconnect does not stop."""
+        runner = self._background
+        tenant: Tenant | None = incoming.tenant
+        try:
+            if runner is None:
+                raise ProxyError(503, "The proxy is starting up.", code="starting")
+            pipeline.check_budget(tenant)
+            events = EventLog(runner.stream_buffer_bytes) if tr.stream else None
+            if events is not None:
+                events.append(b"".join(codec.stream().queued()))
+            job = BackgroundJob(
+                response_id=codec.response_id,
+                owner=owner,
+                tr=tr,
+                codec=codec,
+                request=request,
+                tenant=tenant,
+                created_at=codec.created_at,
+                expires_at=time.time() + self._retention_s,
+                events=events,
+            )
+            with reading_the_store():
+                queued = await runner.accept(job)
+        except ProxyError as exc:
+            timing = pipeline.record_refused(
+                exc.status, incoming.arrived, stream=tr.stream, surface=SURFACE, tenant=tenant
+            )
+            exc.headers["Server-Timing"] = timing.server_timing_header()
+            raise
+        headers = codec.headers({})
+        if events is None:
+            return JSONReply(client_view(queued, tr.include), headers)
+        return StreamReply(events.follow(None), headers, lambda: None)
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
         return JSONReply(exc.body(), exc.headers, exc.status)

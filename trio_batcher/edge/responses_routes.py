@@ -1,10 +1,18 @@
-"""The stored-response routes: ``GET`` / ``DELETE /v1/responses/{id}`` and
-``GET /v1/responses/{id}/input_items``.
+"""The stored-response routes: ``GET`` / ``DELETE /v1/responses/{id}``,
+``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel``.
 
 Quart routes (a blueprint), not doors: they read the store and never call the upstream,
 and they are rare next to ``POST /v1/responses``. Every answer is in OpenAI's shapes. A
 response that is unknown, expired, deleted, or another key's is the same 404, so a key
 cannot learn whether someone else's id exists.
+
+Background responses (``edge.background``): ``GET`` returns the current state (``queued``,
+``in_progress``, then the final one); with ``stream=true`` (only for one created with
+``stream: true``) it replays the kept events after ``starting_after`` and follows the live
+ones; a finished response whose events are no longer kept is answered with its terminal
+event alone, built from the stored object. ``cancel`` stops a queued or running one
+(stored ``cancelled``) and returns it; a finished one is returned unchanged; a response
+that was not created with ``background: true`` is a 400, as OpenAI answers.
 
 ``input_items`` lists what produced the response: the earlier turns' inputs and outputs
 (when it continued a ``previous_response_id``) and then its own input, paged by item id
@@ -26,6 +34,9 @@ from ..errors import ProxyError, invalid_request
 from ..store import ResponseStore, StoredResponse
 from ..store.responses import ItemsPage, UnknownCursor
 from ..translation.openai_responses import client_view
+from ..translation.openai_responses.codec import encode_event
+from .background import FINAL_STATUSES, BackgroundRunner
+from .background_events import EventsDropped
 from .openai_responses import reading_the_store, request_owner
 from .routes import json_response, page_limit
 
@@ -35,8 +46,11 @@ _DEFAULT_LIMIT: Final = 20
 _MAX_LIMIT: Final = 100
 
 
-def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blueprint:
-    """The routes, reading ``store``; ``keyed()`` says whether client keys are required."""
+def responses_blueprint(
+    store: ResponseStore, keyed: Callable[[], bool], background: BackgroundRunner | None = None
+) -> Blueprint:
+    """The routes, reading ``store``; ``keyed()`` says whether client keys are required;
+    ``background`` runs this process's background responses."""
     routes = Blueprint("responses", __name__)
 
     def owner() -> str:
@@ -51,15 +65,34 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
 
     @routes.get("/v1/responses/<response_id>")
     async def retrieve(response_id: str) -> Response:
-        if request.args.get("stream", "false").lower() not in ("false", "0", ""):
-            raise invalid_request(
-                "Replaying a stored response as a stream is not supported by this gateway; "
-                "retrieve it without stream=true.",
-                param="stream",
-            )
+        stream = request.args.get("stream", "false").lower() not in ("false", "0", "")
         record = await visible(response_id)
         include = request.args.getlist("include") + request.args.getlist("include[]")
+        if stream:
+            return _resume(record, _starting_after(request.args), background)
         return json_response(client_view(record.response, include))
+
+    @routes.post("/v1/responses/<response_id>/cancel")
+    async def cancel(response_id: str) -> Response:
+        record = await visible(response_id)
+        if record.response.get("background") is not True:
+            raise invalid_request(
+                "Only responses created with background: true can be cancelled.",
+                param="response_id",
+            )
+        status = record.response.get("status")
+        if status not in FINAL_STATUSES:
+            here = background is not None and await background.cancel(response_id, owner())
+            if not here:
+                raise ProxyError(
+                    409,
+                    "This background response is run by another process of the gateway "
+                    "(several workers share DATA_DIR); send the cancel again, it reaches "
+                    "the process that runs it only by chance.",
+                    code="background_elsewhere",
+                )
+            record = await visible(response_id)
+        return json_response(client_view(record.response, ()))
 
     @routes.delete("/v1/responses/<response_id>")
     async def delete(response_id: str) -> Response:
@@ -93,6 +126,68 @@ def responses_blueprint(store: ResponseStore, keyed: Callable[[], bool]) -> Blue
         return Response(_list_text(page), status=200, content_type="application/json")
 
     return routes
+
+
+def _starting_after(args: Mapping[str, str]) -> int | None:
+    raw = args.get("starting_after")
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise invalid_request(
+            "starting_after must be a sequence number (an integer >= 0).", param="starting_after"
+        )
+    return value
+
+
+_SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_TERMINAL_EVENTS: Final = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+}
+
+
+def _resume(
+    record: StoredResponse, starting_after: int | None, background: BackgroundRunner | None
+) -> Response:
+    """``GET /v1/responses/{id}?stream=true``: the kept events after ``starting_after``
+    and the live ones; for a finished response whose events are gone, its terminal event
+    (none for a cancelled one: OpenAI's stream has no cancelled event)."""
+    events = background.events(record.id) if background is not None else None
+    if events is not None:
+        try:
+            events.check(starting_after)
+        except EventsDropped as exc:
+            raise invalid_request(
+                f"The events after {starting_after} are no longer kept (the oldest kept is "
+                f"{exc.first_kept}; BACKGROUND_STREAM_BUFFER_BYTES). Retrieve the response "
+                "without stream=true.",
+                param="starting_after",
+            ) from None
+        return Response(
+            events.follow(starting_after),
+            status=200,
+            headers=_SSE_HEADERS,
+            content_type="text/event-stream",
+        )
+    status = record.response.get("status")
+    if record.response.get("background") is not True or status not in FINAL_STATUSES:
+        raise invalid_request(
+            "Only a background response created with stream: true can be streamed, and "
+            "only by the gateway process that runs it; retrieve it without stream=true.",
+            param="stream",
+        )
+    body = b""
+    kind = _TERMINAL_EVENTS.get(str(status))
+    if kind is not None:
+        sequence = 0 if starting_after is None else starting_after + 1
+        view = client_view(record.response, ())
+        body = encode_event({"type": kind, "sequence_number": sequence, "response": view})
+    return Response(body, status=200, headers=_SSE_HEADERS, content_type="text/event-stream")
 
 
 def _page_params(args: Mapping[str, str]) -> tuple[int, str, str | None, str | None]:

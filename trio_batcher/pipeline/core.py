@@ -121,6 +121,13 @@ class Pipeline:
         name = tenant.name if tenant is not None else None
         return facts_of(name, headers, conversation=conversation, capabilities=capabilities)
 
+    def check_budget(self, tenant: Tenant | None) -> None:
+        """Refuse (429 ``insufficient_quota``) a tenant over its budget, charging nothing:
+        for work accepted now and run later (a background response), whose rate limits
+        are charged when it runs."""
+        if tenant is not None and self._guard is not None:
+            self._guard.check_budget(tenant)
+
     async def handle(
         self,
         request: UpstreamRequest,

@@ -76,6 +76,9 @@ class Settings:
     data_dir: str | None = None
     deployment_id: str | None = None
     responses_retention_days: float = 30.0
+    background_max_running: int = 64
+    background_max_queued: int = 1000
+    background_stream_buffer_bytes: int = 4 * 1024 * 1024
     batch_retention_days: float = 30.0
     batch_file_max_requests: int = 50_000
     batch_poll_concurrency: int = 4

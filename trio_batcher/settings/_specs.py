@@ -264,6 +264,29 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "previous_response_id; expired ones are purged.",
     ),
     SettingSpec(
+        "BACKGROUND_MAX_RUNNING",
+        "background_max_running",
+        parsers.integer(1),
+        64,
+        "Background responses (Responses API, background: true) one process runs at once; "
+        "the others wait, queued.",
+    ),
+    SettingSpec(
+        "BACKGROUND_MAX_QUEUED",
+        "background_max_queued",
+        parsers.integer(0),
+        1000,
+        "Background responses that may wait for a run slot; past it a new one is a 429.",
+    ),
+    SettingSpec(
+        "BACKGROUND_STREAM_BUFFER_BYTES",
+        "background_stream_buffer_bytes",
+        parsers.integer(1024),
+        4 * 1024 * 1024,
+        "Events a streamed background response keeps for resuming (starting_after), in "
+        "bytes; the oldest are dropped past it.",
+    ),
+    SettingSpec(
         "BATCH_RETENTION_DAYS",
         "batch_retention_days",
         parsers.number(0, strict=True),

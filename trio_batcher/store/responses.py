@@ -142,6 +142,20 @@ class ResponseStore(Protocol):
         """True when a visible record was deleted."""
         ...
 
+    async def lease(self, response_ids: Sequence[str], runner: str, until: float) -> None:
+        """Background responses: ``runner`` (one process) runs these until ``until``
+        unless it renews the lease (``edge.background``)."""
+        ...
+
+    async def release(self, response_id: str) -> None:
+        """The background run of ``response_id`` is over."""
+        ...
+
+    async def fail_orphans(self, now: float, error: dict[str, Any]) -> int:
+        """Mark ``failed`` (with ``error``) the background responses still queued or in
+        progress whose lease has lapsed: their process is gone. Returns how many."""
+        ...
+
     async def purge_expired(self, now: float) -> int:
         """Remove every record past its expiry; returns how many went."""
         ...

@@ -55,6 +55,14 @@ CREATE TABLE IF NOT EXISTS responses (
     deployment  TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires_at);
+-- who runs each unfinished background response (edge.background), until when
+CREATE TABLE IF NOT EXISTS background_runs (
+    deployment  TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    runner      TEXT NOT NULL,
+    lease_until REAL NOT NULL,
+    PRIMARY KEY (deployment, id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS items (
     deployment  TEXT NOT NULL,
     owner       TEXT NOT NULL,
@@ -81,6 +89,20 @@ WITH RECURSIVE chain (depth, {_COLUMNS}) AS (
        AND chain.depth < {MAX_CHAIN}
 )
 SELECT {_COLUMNS} FROM chain ORDER BY depth DESC
+"""
+
+
+# Background responses (queued or in progress) whose lease has lapsed: the process running
+# them is gone. Each stored object is rewritten as failed, with the error given. A lease is
+# taken before a response is first stored and dropped only once its final object is, so
+# every unfinished one has a lease row, and only those rows are read.
+_FAIL_ORPHANS: Final = """
+UPDATE responses
+   SET response = json_set(response, '$.status', 'failed', '$.error', json(:error))
+ WHERE deployment = :deployment AND expires_at > :now
+   AND id IN (SELECT id FROM background_runs
+               WHERE deployment = :deployment AND lease_until <= :now)
+   AND json_extract(response, '$.status') IN ('queued', 'in_progress')
 """
 
 
@@ -254,6 +276,56 @@ class SQLiteResponseStore:
                     " responses AS r WHERE r.id = items.response_id AND r.owner = items.owner"
                     " AND r.deployment = items.deployment)",
                     (deployment,),
+                )
+            return cursor.rowcount
+
+        return await self._database.run(write)
+
+    async def lease(self, response_ids: Sequence[str], runner: str, until: float) -> None:
+        """Mark ``response_ids`` as run by ``runner`` (a process) until ``until``; called
+        before a background response is first stored, then again to renew the lease."""
+        rows = [(self._deployment.id, rid, runner, until) for rid in response_ids]
+        if not rows:
+            return
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO background_runs (deployment, id, runner, lease_until)"
+                    " VALUES (?,?,?,?)",
+                    rows,
+                )
+
+        await self._database.run(write)
+
+    async def release(self, response_id: str) -> None:
+        """The background run of ``response_id`` is over (its final object is stored)."""
+        deployment = self._deployment.id
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute(
+                    "DELETE FROM background_runs WHERE deployment = ? AND id = ?",
+                    (deployment, response_id),
+                )
+
+        await self._database.run(write)
+
+    async def fail_orphans(self, now: float, error: dict[str, Any]) -> int:
+        """Rewrite as ``failed`` (with ``error``) every background response of this
+        deployment left queued or in progress by a process that is gone (no live lease);
+        returns how many. Leases past their time are dropped too."""
+        if not self._database.exists():
+            return 0
+        params = self._params(now=now, error=_dumps(error))
+
+        def write(db: sqlite3.Connection) -> int:
+            with db:
+                cursor = db.execute(_FAIL_ORPHANS, params)
+                db.execute(
+                    "DELETE FROM background_runs WHERE deployment = :deployment"
+                    " AND lease_until <= :now",
+                    params,
                 )
             return cursor.rowcount
 

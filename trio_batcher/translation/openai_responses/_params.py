@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ...errors import invalid_request
-from .._common.fields import Ignored, optional_bool, optional_int, present
+from .._common.fields import Ignored, optional_int, present
 from .._common.structured_output import structured_output
 
 __all__ = [
@@ -38,11 +38,6 @@ _MAX_METADATA: Final = 16
 
 def reject_unsupported(payload: Mapping[str, Any]) -> None:
     """Fields whose effect this gateway cannot produce and whose absence would change the reply."""
-    if optional_bool(payload, "background"):
-        raise invalid_request(
-            "background responses are not supported; send the request without background.",
-            param="background",
-        )
     if present(payload, "conversation"):
         raise invalid_request(
             "Conversations are not supported by this gateway; chain responses with "

@@ -27,9 +27,10 @@ from .stream import ResponsesStreamTranslator
 
 __all__ = ["ResponsesCodec", "ResponsesStream", "encode_event"]
 
-# ResponseError.code is a closed set in the SDK's types; these two are the ones that apply.
+# ResponseError.code is a closed set in the SDK's types; these are the ones that apply.
 _RATE_LIMITED: Final = "rate_limit_exceeded"
 _SERVER_ERROR: Final = "server_error"
+_INVALID_PROMPT: Final = "invalid_prompt"
 
 
 def encode_event(event: Mapping[str, Any]) -> bytes:
@@ -48,6 +49,14 @@ class ResponsesCodec:
         self._created_at = created_at
         self._final: dict[str, Any] | None = None
         self._stream: ResponsesStream | None = None
+
+    @property
+    def response_id(self) -> str:
+        return self._id
+
+    @property
+    def created_at(self) -> int:
+        return self._created_at
 
     @property
     def final(self) -> dict[str, Any] | None:
@@ -69,6 +78,10 @@ class ResponsesCodec:
         return client_view(self._final, self._tr.include)
 
     def stream(self) -> ResponsesStream:
+        """The stream encoder: one per response (a background response's is made when it
+        is accepted, to send its ``queued`` events, and is the one the pipeline feeds)."""
+        if self._stream is not None:
+            return self._stream
         self._stream = ResponsesStream(
             ResponsesStreamTranslator(
                 self._tr,
@@ -106,6 +119,10 @@ class ResponsesStream:
     def finish(self) -> list[bytes]:
         return [encode_event(e) for e in self._translator.finish()]
 
+    def queued(self) -> list[bytes]:
+        """A background response's first events (``ResponsesStreamTranslator.queued``)."""
+        return [encode_event(e) for e in self._translator.queued()]
+
     def upstream_error(self, data: Mapping[str, Any], raw: str) -> bytes:
         """An upstream ``error`` event after the 200: ``response.failed``."""
         del raw
@@ -124,6 +141,8 @@ class ResponsesStream:
     def error(self, exc: ProxyError) -> bytes:
         """A failure of the gateway's own after the start (deadline, truncated upstream)."""
         code = _RATE_LIMITED if exc.status == 429 else _SERVER_ERROR
+        if exc.status == 400:  # a background response's upstream refusal (edge.background)
+            code = _INVALID_PROMPT
         return b"".join(encode_event(e) for e in self._translator.fail(code, exc.message))
 
 

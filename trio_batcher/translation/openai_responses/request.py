@@ -20,7 +20,8 @@ a rule fixed there is fixed for both. Each top-level field falls in exactly one 
   (``prompt_cache_key``...), ``client_metadata``, other ``service_tier`` values, ``max_tool_calls``
   (it counts built-in tool calls, of which there are none), ``stream_options``, other
   ``include`` values, ``text.verbosity``, inert web search tools, unknown fields;
-- rejected (400): ``background: true``, ``conversation``, ``prompt``, ``top_logprobs > 0``,
+- run in the background: ``background: true`` (it needs ``store``: else a 400);
+- rejected (400): ``conversation``, ``prompt``, ``top_logprobs > 0``,
   ``include: [message.output_text.logprobs]``, built-in tools, ``file_id`` references.
 
 ``echo`` holds the request fields every response object repeats, with OpenAI's defaults
@@ -116,6 +117,8 @@ class ResponsesRequest:
         decide what ``client_view`` shows.
       flex: the request goes through the flex window (``service_tier: "flex"``, not a
         stream, ``TranslationOptions.flex``); the response then says ``"flex"``.
+      background: ``background: true``: answered at once as ``queued`` and run by the
+        gateway's background runner (``edge.background``).
     """
 
     body: dict[str, Any]
@@ -131,6 +134,7 @@ class ResponsesRequest:
     tool_names: Mapping[str, tuple[str | None, str]]
     include: tuple[str, ...] = field(default=())
     flex: bool = False
+    background: bool = False
 
 
 def translate_request(
@@ -163,6 +167,13 @@ def translate_request(
     ignored = Ignored()
     stream = bool(optional_bool(payload, "stream"))
     store = optional_bool(payload, "store") is not False
+    background = bool(optional_bool(payload, "background"))
+    if background and not store:
+        raise invalid_request(
+            "background responses must be stored: send store: true (the default) with "
+            "background: true.",
+            param="background",
+        )
     previous = optional_str(payload, "previous_response_id")
     instructions = optional_str(payload, "instructions")
     include = include_list(payload, ignored)
@@ -270,7 +281,7 @@ def translate_request(
         "user": optional_str(payload, "user"),
         "safety_identifier": optional_str(payload, "safety_identifier"),
         "prompt_cache_key": optional_str(payload, "prompt_cache_key"),
-        "background": False,
+        "background": background,
         "service_tier": "default",
         "top_logprobs": 0,
     }
@@ -288,6 +299,7 @@ def translate_request(
         tool_names=tools.names,
         include=include,
         flex=flex,
+        background=background,
     )
 
 

@@ -7,7 +7,9 @@ when it did not. No I/O, no clock. Every event has ``type`` and ``sequence_numbe
 (``openai.lib.streaming.responses.ResponseStreamState``):
 
 - ``message_start`` → ``response.created``, ``response.in_progress`` (status
-  ``in_progress``, ``output: []``);
+  ``in_progress``, ``output: []``); a background response announces itself earlier, when
+  it is accepted (``queued``: ``response.created`` and ``response.queued``, status
+  ``queued``), and then ``message_start`` gives only ``response.in_progress``;
 - a content block → ``response.output_item.added`` at its start, its deltas, and at its
   stop the ``….done`` events and ``response.output_item.done``:
   text: ``content_part.added`` / ``output_text.delta``* / ``output_text.done`` /
@@ -82,6 +84,7 @@ class ResponsesStreamTranslator:
         self._include = include
         self._sequence = 0
         self._started = False
+        self._queued = False
         self._output: list[dict[str, Any] | None] = []  # done items; None while open
         self._open: dict[int, _Open] = {}  # Anthropic block index → open item
         self._usage: dict[str, Any] = {}
@@ -136,6 +139,19 @@ class ResponsesStreamTranslator:
         )
         return [*events, self._event("response.failed", response=self._client(self.final))]
 
+    def queued(self) -> list[Event]:
+        """A background response's first events, sent when it is accepted:
+        ``response.created`` and ``response.queued`` (status ``queued``). Once only, and
+        only before anything else."""
+        if self._queued or self._started:
+            return []
+        self._queued = True
+        snapshot = self._client(self._response("queued", [], usage=None))
+        return [
+            self._event("response.created", response=snapshot),
+            self._event("response.queued", response=snapshot),
+        ]
+
     # -- events ------------------------------------------------------------------------
 
     def _start(self) -> list[Event]:
@@ -143,6 +159,8 @@ class ResponsesStreamTranslator:
             return []
         self._started = True
         snapshot = self._client(self._response("in_progress", [], usage=None))
+        if self._queued:  # created was sent with the queued status
+            return [self._event("response.in_progress", response=snapshot)]
         return [
             self._event("response.created", response=snapshot),
             self._event("response.in_progress", response=snapshot),
