@@ -118,6 +118,30 @@ async def test_a_flex_responses_call_is_answered_through_a_message_batch() -> No
         assert calls.count(("POST", BATCHES)) == 1 and ("POST", "/v1/messages") not in calls
 
 
+async def test_a_background_flex_response_completes_through_a_message_batch() -> None:
+    """``background`` and ``service_tier: "flex"`` together: answered ``queued`` at once,
+    run by the background runner through the same pipeline path, so through the flex
+    window: one Message Batch, no realtime call, and the stored response says ``flex``."""
+    async with proxy_and_simulator(metrics_enabled=True, flex_window_s=0.05) as (url, sim):
+        client = openai_client(url)
+        with trio.fail_after(30):
+            created = await client.responses.create(
+                model=MODEL, input="echo this sentence", service_tier="flex", background=True
+            )
+            assert created.status in ("queued", "in_progress") and created.background
+            response = created
+            while response.status in ("queued", "in_progress"):
+                await trio.sleep(0.02)
+                response = await client.responses.retrieve(created.id)
+        assert response.status == "completed" and response.service_tier == "flex"
+        assert "echo" in response.output_text
+        calls = _calls(await sim.received())
+        assert calls.count(("POST", BATCHES)) == 1 and ("POST", "/v1/messages") not in calls
+        snapshot = await _metrics(url)
+        assert snapshot["flex"]["outcomes"]["succeeded"] == 1
+        assert snapshot["background"]["completed"] == 1
+
+
 async def test_a_flex_error_result_is_the_error_the_realtime_call_gives() -> None:
     async with proxy_and_simulator(flex_window_s=0.05) as (url, sim):
         client = openai_client(url)
