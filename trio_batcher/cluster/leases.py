@@ -31,9 +31,8 @@ even part of the rest (headroom, so a burst needs no round trip); when they do n
 max-min fair shares (equal parts, what one instance does not want shared by the others),
 with a remainder going by turns, every second to the next instance, so nobody starves.
 Max-min rather than in proportion to the queues: busy instances then keep steady, equal
-blocks however their queues move, instead of passing slots back and forth at every
-fluctuation (measured: a sync every 70 ms per instance in proportion, against the
-renewals alone max-min). Each instance's own queue is FIFO.
+blocks however their queues move, instead of passing a slot back and forth whenever the
+queues' ratio crosses a rounding boundary. Each instance's own queue is FIFO.
 
 Giving back is the holder's decision, so it is safe against the replies in flight: the
 instance lowers its block to ``keep`` *before* sending, grants nothing beyond it while the
