@@ -87,7 +87,7 @@ class Pipeline:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self._outcomes = Outcomes(metrics)
+        self._outcomes = Outcomes(metrics, gate.lanes)
         self._guard = guard
         self._fleet = fleet
         self._dispatcher = dispatcher
@@ -161,9 +161,12 @@ class Pipeline:
         deadline: float,
         grant: TenantGrant | None,
     ) -> Slot:
+        lane = self._gate.lanes.lane(request.deferrable)
         try:
-            return await self._gate.acquire(
-                deadline, tenant=grant.share if grant is not None else None
+            slot = await self._gate.acquire(
+                deadline,
+                tenant=grant.share if grant is not None else None,
+                deferrable=request.deferrable,
             )
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
@@ -177,6 +180,7 @@ class Pipeline:
         except Shed as shed:
             if self.metrics is not None:
                 self.metrics.record_rejected(shed.reason, tenant=request.tenant)
+                self.metrics.record_lane_shed(lane, shed.reason)
             waited = trio.current_time() - arrived
             headers = {
                 "Retry-After": str(math.ceil(shed.retry_after)),
@@ -197,6 +201,9 @@ class Pipeline:
                 code=shed.reason,
                 headers=headers,
             ) from None
+        if self.metrics is not None:
+            self.metrics.record_lane_admitted(lane)
+        return slot
 
     # -- non-streaming ------------------------------------------------------------------------
 
@@ -222,7 +229,9 @@ class Pipeline:
         failure: ProxyError | None = None
         try:
             with trio.move_on_at(deadline):
-                served = await self._dispatcher.call(job, scope=request.model)
+                served = await self._dispatcher.call(
+                    job, scope=request.model, deferrable=request.deferrable
+                )
             if served is None:
                 raise deadline_error(self.settings)
             status = 200
@@ -281,6 +290,7 @@ class Pipeline:
                     send,
                 ),
                 scope=request.model,
+                deferrable=request.deferrable,
             )
         except BaseException:
             # Refused (the dispatcher is shutting down): the slot is still ours to give back.

@@ -80,6 +80,10 @@ class UpstreamRequest:
         ``message_start``) with its message id and the upstream that served it, before
         the client has it: a door that records what the reply created (a thread's head)
         does it here, so a client's next request finds it recorded.
+      deferrable: the request can wait (a background response, a flex request falling
+        back to realtime): it queues in the deferrable priority lane at the admission gate
+        and the upstream cap (``admission.lanes``), behind interactive requests but for its
+        lane's share. Set by the gateway, never by a client's say-so.
     """
 
     body: Mapping[str, Any]
@@ -93,3 +97,4 @@ class UpstreamRequest:
     anthropic_only: str | None = None
     pinned: str | None = None
     on_reply: ReplyHook | None = None
+    deferrable: bool = False
