@@ -723,7 +723,10 @@ class Dispatcher:
         if shared is not None and holder is not None:
             with trio.CancelScope(shield=True):
                 await shared.release(holder)  # idempotent: also for a half-done acquire
-        return None if step_back.cancel_called and not ticket.done else False
+        if step_back.cancel_called and not ticket.done:
+            ticket._wait_scope = trio.CancelScope()  # a scope is entered once: a fresh one
+            return None
+        return False
 
     def _leave_turn(self, group: object, lane: int) -> None:
         turns = self._turns[lane]

@@ -30,6 +30,7 @@ Pure logic, no trio and no I/O: the gate's ``FairQueue`` and the dispatcher ask 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final, Literal, TypeAlias, final
@@ -50,7 +51,9 @@ LANES: Final[tuple[Lane, Lane]] = ("interactive", "deferrable")
 DEFAULT_DEFERRABLE_SHARE: Final = 0.2
 """One contended admission in five goes to deferrable work (``LANE_DEFERRABLE_SHARE``)."""
 
-_UNIT: Final = 1 << 40  # credit ticks per admission: shares like 0.2 or 1/3 stay exact enough
+# Credit ticks per admission: 720720 (the least common multiple of 1..16) makes shares such
+# as 0.2, 0.25, 0.1 or 1/3 exact, so "one in five" is exactly one in five.
+_UNIT: Final = 720720 << 20
 
 
 def lane_of(deferrable: bool) -> Lane:
@@ -93,7 +96,7 @@ class LaneChooser:
 
     def __init__(self, deferrable_share: float = DEFAULT_DEFERRABLE_SHARE) -> None:
         share = Fraction(deferrable_share).limit_denominator(1_000_000)
-        self._step = max(1, round(share * _UNIT))
+        self._step = max(1, math.ceil(share * _UNIT))  # rounded up: at least the share
         self._credit = 0
 
     def pick(self, interactive: bool, deferrable: bool) -> Lane | None:
