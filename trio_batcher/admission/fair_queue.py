@@ -15,9 +15,9 @@ docstring; this module holds the mechanics:
   and the queue behaves exactly as one fair queue.
 * A backlogged tenant that may take a slot (not at its own ``max_inflight`` share) has one
   live entry ``(tag, seq, tenant)`` in the binary heap of each lane it has waiters in:
-  ``tag`` is the virtual time at which its
-  head waiter's admission finishes, ``seq`` the head's arrival number (the tie-break). ``pop``
-  takes the smallest, so a hand-off is O(log n) in the tenants with waiters.
+  ``tag`` is the virtual time at which its head waiter's admission finishes, ``seq`` the
+  head's arrival number (the tie-break). ``pop`` takes the smallest of the chosen lane, so a
+  hand-off is O(log n) in the tenants with waiters.
 * Entries are deleted lazily: a tenant whose head leaves, whose queue empties or who reaches
   its share drops its reference to its entry, and ``pop`` skips entries nobody references.
   The heap is rebuilt once dead entries outnumber live ones, which keeps it within twice the
