@@ -33,6 +33,18 @@ def test_every_test_a_doc_names_exists(doc: pathlib.Path) -> None:
     assert missing == []
 
 
+_MARKER = re.compile(r"^(<{7} |>{7} |={7}$)", re.M)
+
+
+@pytest.mark.parametrize(
+    "doc", [*DOCS, ROOT / "README.md"], ids=[d.name for d in [*DOCS, ROOT / "README.md"]]
+)
+def test_no_merge_conflict_is_left_in_a_doc(doc: pathlib.Path) -> None:
+    """A merge's conflict markers left in a page (one stood in the architecture tables for
+    a while, with both sides of a row) are found here, not by a reader."""
+    assert _MARKER.findall(doc.read_text()) == []
+
+
 def test_cancellation_table_names_a_test_in_every_row() -> None:
     text = (ROOT / "docs" / "cancellation.md").read_text()
     rows = [

@@ -142,6 +142,21 @@ async def test_a_background_flex_response_completes_through_a_message_batch() ->
         assert snapshot["background"]["completed"] == 1
 
 
+async def test_background_work_runs_in_the_deferrable_lane() -> None:
+    """A background response (flex or not) is deferrable: when it goes through the gate
+    it is counted in the deferrable lane; a foreground call in the interactive one."""
+    async with proxy_and_simulator(metrics_enabled=True) as (url, _sim):
+        client = openai_client(url)
+        with trio.fail_after(30):
+            created = await client.responses.create(model=MODEL, input="hi", background=True)
+            while (await client.responses.retrieve(created.id)).status != "completed":
+                await trio.sleep(0.02)
+            await client.responses.create(model=MODEL, input="hi")
+        lanes = (await _metrics(url))["lanes"]
+        assert lanes["deferrable"]["admitted"] == 1
+        assert lanes["interactive"]["admitted"] == 1
+
+
 async def test_a_flex_error_result_is_the_error_the_realtime_call_gives() -> None:
     async with proxy_and_simulator(flex_window_s=0.05) as (url, sim):
         client = openai_client(url)
@@ -185,9 +200,12 @@ async def test_a_flex_wait_that_runs_out_follows_the_policy(policy: str) -> None
         calls = _calls(await sim.received())
         realtime_calls = calls.count(("POST", "/v1/messages"))
         assert realtime_calls == (1 if policy == "realtime" else 0)
-        flex = (await _metrics(url))["flex"]
+        snapshot = await _metrics(url)
+        flex = snapshot["flex"]
         assert flex["timeouts"] == {"realtime": 0, "error": 0, policy: 1}
         assert flex["batches"]["canceled"] == 1 and flex["pending"] == 0
+        # Gone realtime, it still said it can wait: the deferrable lane.
+        assert snapshot["lanes"]["deferrable"]["admitted"] == (1 if policy == "realtime" else 0)
 
 
 async def test_a_client_that_leaves_before_the_flush_sends_nothing() -> None:

@@ -21,6 +21,7 @@ import trio
 
 from .admission.dispatch import Dispatcher
 from .admission.gate import AdmissionGate
+from .admission.lanes import LanePolicy
 from .admission.windows import WindowPolicy
 from .cluster.shared_state import SharedState
 from .cluster.spend import RedisSpendStore
@@ -118,11 +119,14 @@ class Runtime:
         self.pricing = pricing = load_pricing(settings.pricing_file)
         self.http = new_upstream_pool(settings)
         self.upstream = UpstreamClient(settings, self.http)
+        # Priority lanes order the gate's queue and the upstream cap's alike.
+        lanes = LanePolicy(settings.lanes_enabled, settings.lane_deferrable_share)
         self.gate = AdmissionGate(
             settings.max_inflight,
             settings.max_queue,
             settings.acquire_timeout_s,
             retry_after=settings.retry_after_s,
+            lanes=lanes,
         )
         self.metrics: MetricsRegistry | None = None
         if settings.metrics_enabled:
@@ -183,6 +187,7 @@ class Runtime:
             shared=self.shared if limiter is not None else None,
             windows=windows,
             on_flush=self.metrics.record_window if self.metrics is not None else None,
+            lanes=lanes,
         )
         # Budgets are enforced once ``run_ledger`` has loaded what was spent.
         self.rate_limits = TenantRateLimits()
@@ -405,4 +410,5 @@ class Runtime:
             upstream_cap=dispatch.limiter_total,
             trio_tasks=trio.lowlevel.current_statistics().tasks_living,
             gc=self.gc_pauses.statistics(),
+            lanes_waiting={name: lane.waiting for name, lane in gate.lanes.items()},
         )

@@ -1,7 +1,7 @@
 """The scenarios ``trio-batcher bench`` can run: their names, titles, and what each does.
 
 Each scenario is a module of its own (``overhead``, ``streaming``, ``burst``,
-``overload``, ``disconnect``, ``peers``, ``ratelimit``, ``failover``, ``cluster``, ``tenants``, ``batch-memory``,
+``overload``, ``disconnect``, ``peers``, ``ratelimit``, ``failover``, ``cluster``, ``tenants``, ``mixed``, ``batch-memory``,
 ``soak``). Each
 starts its own simulator and proxies (``processes.running_stack``), so one scenario's settings and
 counters never leak into another, and runs its phases through ``Bench.measure`` (the
@@ -24,6 +24,7 @@ from .cluster import run_cluster
 from .disconnect import run_disconnect
 from .failover import run_failover
 from .harness import Bench
+from .mixed import run_mixed
 from .overhead import run_overhead
 from .overload import run_overload
 from .peers import run_peers
@@ -177,6 +178,23 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "requests each tenant completed while saturated should be 3:1 within 10%. "
             "--quick: A 200, B 10, a 3 s weighted phase.",
             run_tenants,
+        ),
+        Scenario(
+            "mixed",
+            "Mixed: interactive clients while background and flex work queues, lanes on vs off",
+            "A gate of 8 slots (MAX_INFLIGHT=8; the simulator answers in 100 ms ± 20%, so "
+            "capacity is 80 requests/s; MAX_QUEUE and ACQUIRE_TIMEOUT_S large enough that "
+            "nothing is shed). 4 closed-loop interactive clients (OpenAI Chat) alone: their "
+            "unloaded p50 and p99. Then the same clients while deferrable load arrives: "
+            "Responses API requests with background: true at 50/s (more than the capacity the "
+            "interactive clients leave, so the deferrable queue grows) and Chat requests with "
+            "service_tier: flex at 5/s; through a proxy with LANES_ENABLED=1, then through one "
+            "with LANES_ENABLED=0. After each phase every accepted background response is "
+            "polled until finished (none may starve). Side by side: the interactive p50/p99 "
+            "alone, with lanes and without; background accepted and completed; flex answers "
+            "and the cost saved (the /metrics flex block); each lane's admissions and queue "
+            "wait. What the gateway does with background and flex is reported as it is.",
+            run_mixed,
         ),
         Scenario(
             "streams-at-scale",

@@ -25,6 +25,20 @@ all its jobs without a scheduling round-trip), then parked in the limiter. Letti
 per ticket race for the limiter would not do: trio runs tasks woken together in an arbitrary
 order (it reverses half its batches on purpose).
 
+Lanes (``lanes``). A ticket submitted ``deferrable`` (lanes on) is in the deferrable lane,
+every other in the interactive lane, and ``_turns`` is one queue per lane: a group's tickets
+of each lane take their turn in that lane's queue (a window with both is two parts, each
+handed out by its own task in the window's nursery). When both lanes have a group waiting,
+the turn goes to the interactive head except for the deferrable lane's share of tokens
+(``lanes.LaneChooser``, counted token by token). The head may change while a group waits in
+the limiter -- an interactive group arrives while a deferrable one waits -- and the waiting
+group then steps back out of the limiter (a cancel scope of its own, ``_parked``), keeping
+its place at the head of its lane, so the next token goes to the new head: deferrable work
+never holds a token's turn against interactive work beyond its share. With shared slots
+(Redis) the same holds for the wait for a shared slot: the lanes order this process's local
+queue in front of the shared slots, not the cluster's. With every ticket interactive there
+is one queue, as before.
+
 Windows (with a ``WindowPolicy``; the rules are in ``windows``). At most one window is open.
 Each window is one task, started when the window opens: it waits for the flush (size and
 drain flushes are decided synchronously and wake it; a time flush is its ``move_on_at``),
@@ -79,6 +93,7 @@ import trio
 
 from ..errors import ProxyError
 from ._statistics import DispatchStatistics
+from .lanes import DEFAULT_LANES, LaneChooser, LanePolicy
 from .shared_slots import SharedSlots
 from .windows import FlushReason, WindowPolicy
 
@@ -134,10 +149,11 @@ class Ticket(Generic[T]):
     ``enqueued_at`` without windows); ``None`` means "did not happen (yet)".
     """
 
-    def __init__(self, job: Job[T], owner: Dispatcher, scope: str | None) -> None:
+    def __init__(self, job: Job[T], owner: Dispatcher, scope: str | None, lane: int = 0) -> None:
         # Dropped as the job is called: see the module's theory of operation.
         self._job: Job[T] | None = job
         self._owner = owner
+        self._lane = lane  # 0 interactive, 1 deferrable (``lanes``)
         self._scope_name = scope  # the model called, for shared cooldowns
         self._phase: _Phase = "queued"
         # Entered by the job's task around the job. Created unentered so that cancel() works
@@ -260,6 +276,10 @@ class Ticket(Generic[T]):
         return job()
 
 
+_Part: TypeAlias = tuple[object, int, list["Ticket[Any]"]]
+"""A group's tickets of one lane, with the key its turn is queued under and the lane."""
+
+
 @final
 class _Window:
     def __init__(self, opened_at: float) -> None:
@@ -268,6 +288,7 @@ class _Window:
         self.tickets: dict[Ticket[Any], None] = {}
         self.flushed_at: float | None = None
         self.wake = trio.Event()  # set on a size/drain flush or on abandonment
+        self.parts: list[_Part] = []  # its turns, one per lane it has tickets in, once flushed
 
 
 @final
@@ -284,6 +305,8 @@ class Dispatcher:
         By default none: every job is handed out at once, no window, no delay.
       on_flush: called as ``on_flush(size, reason)`` once per flushed window, synchronously
         at flush time, after the flush is complete (metrics). Must not raise.
+      lanes: the priority lanes' policy: with it enabled, a job submitted ``deferrable``
+        waits for its token behind interactive ones, but for its lane's share.
 
     Raises:
       ValueError: ``windows`` without a ``limiter``.
@@ -296,6 +319,7 @@ class Dispatcher:
         shared: SharedSlots | None = None,
         windows: WindowPolicy | None = None,
         on_flush: Callable[[int, FlushReason], None] | None = None,
+        lanes: LanePolicy = DEFAULT_LANES,
     ) -> None:
         if windows is not None and limiter is None:
             raise ValueError("admission windows need a limiter (their max_concurrency)")
@@ -314,7 +338,14 @@ class Dispatcher:
         self._unresolved: dict[Ticket[Any], None] = {}
         # Groups (windows) waiting to hand out tokens, in the order they were enqueued; only
         # the head acquires. Bounded by the number of unresolved tickets.
-        self._turns: deque[object] = deque()
+        # One queue of turns per lane (0 interactive, 1 deferrable); the chooser says which
+        # lane's head holds the turn when both have one.
+        self._lanes = lanes
+        self._turns: tuple[deque[object], deque[object]] = (deque(), deque())
+        self._chooser = LaneChooser(lanes.deferrable_share)
+        # The head waiting in the limiter (or for a shared slot), and the scope that takes it
+        # back out if another group becomes the head meanwhile.
+        self._parked: tuple[object, trio.CancelScope] | None = None
         self._turn_lot = trio.lowlevel.ParkingLot()
         self._phase_counts: dict[_Phase, int] = {
             "queued": 0,
@@ -341,10 +372,14 @@ class Dispatcher:
         """The limiter jobs hold a token of; reassign its ``total_tokens`` to retune at run time."""
         return self._limiter
 
-    def submit_nowait(self, job: Job[T], *, scope: str | None = None) -> Ticket[T]:
+    def submit_nowait(
+        self, job: Job[T], *, scope: str | None = None, deferrable: bool = False
+    ) -> Ticket[T]:
         """Admit a job; it will run in the dispatcher's nursery, never in the caller's task.
 
         ``scope`` (the model called) picks the shared cooldowns its shared slot reads.
+        ``deferrable``: the job can wait; with lanes on it waits for a token in the
+        deferrable lane.
 
         Raises:
           ProxyError: 503 ``shutdown`` once ``close()`` has been called or ``run()`` has ended.
@@ -355,7 +390,7 @@ class Dispatcher:
         nursery = self._nursery
         if nursery is None:
             raise RuntimeError("submit before the dispatcher's run() has started")
-        ticket = Ticket(job, self, scope)
+        ticket = Ticket(job, self, scope, 1 if deferrable and self._lanes.enabled else 0)
         self._submitted += 1
         self._phase_counts["queued"] += 1
         self._unresolved[ticket] = None
@@ -371,15 +406,15 @@ class Dispatcher:
             nursery.start_soon(self._run_group_of_one, ticket)
         return ticket
 
-    async def submit(self, job: Job[T], *, scope: str | None = None) -> T:
+    async def submit(self, job: Job[T], *, scope: str | None = None, deferrable: bool = False) -> T:
         """``submit_nowait`` + ``wait``; if the caller is cancelled, the ticket is cancelled too."""
-        ticket = self.submit_nowait(job, scope=scope)
+        ticket = self.submit_nowait(job, scope=scope, deferrable=deferrable)
         try:
             return await ticket.wait()
         finally:
             ticket.cancel()  # no-op once done; abandons the job if we were cancelled
 
-    async def call(self, job: Job[T], *, scope: str | None = None) -> T:
+    async def call(self, job: Job[T], *, scope: str | None = None, deferrable: bool = False) -> T:
         """The result of ``job``, run in the caller's own task when nothing needs to wait.
 
         With no window and no limiter (the direct path), a job has nothing to wait for, so
@@ -389,7 +424,7 @@ class Dispatcher:
         ``running`` meanwhile. Otherwise this is ``submit``.
         """
         if self._limiter is not None:
-            return await self.submit(job, scope=scope)
+            return await self.submit(job, scope=scope, deferrable=deferrable)
         if self._closed:
             raise shutdown_error()
         inline = trio.CancelScope()
@@ -525,7 +560,7 @@ class Dispatcher:
         self._flushed_by[reason] += 1
         for ticket in window.tickets:
             ticket._flushed_at = now
-        self._enqueue(window, window.tickets)
+        window.parts = self._enqueue(window, window.tickets)
         window.wake.set()
         if self._on_flush is not None:
             self._on_flush(len(window.tickets), reason)
@@ -542,13 +577,19 @@ class Dispatcher:
             deadline = trio.CancelScope(deadline=window.flushed_at + policy.window_timeout)
             with deadline:
                 async with trio.open_nursery() as nursery:
-                    await self._dispatch(window, window.tickets, deadline, nursery)
+                    parts = window.parts
+                    if len(parts) == 1:  # one lane: hand out in this task
+                        await self._dispatch(*parts[0], deadline, nursery)
+                    else:  # each lane's part takes its own turn in its lane
+                        for part in parts:
+                            nursery.start_soon(self._dispatch, *part, deadline, nursery)
         finally:
             # Whatever ended this task early (its deadline, or cancellation from outside,
             # possibly before the flush), tickets whose job never started are resolved here.
             if window is self._open:
                 self._open = None
-            self._leave_turn(window)
+            for key, lane, _ in window.parts:
+                self._leave_turn(key, lane)
             for ticket in window.tickets:
                 if not ticket._handed_out:
                     self._abandon(ticket, deadline)
@@ -558,21 +599,48 @@ class Dispatcher:
     async def _run_group_of_one(self, ticket: Ticket[Any]) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                await self._dispatch(ticket, (ticket,), None, nursery)
+                await self._dispatch(ticket, ticket._lane, [ticket], None, nursery)
         finally:
-            self._leave_turn(ticket)
+            self._leave_turn(ticket, ticket._lane)
             if not ticket._handed_out:
                 self._abandon(ticket, None)
 
-    def _enqueue(self, group: object, tickets: Iterable[Ticket[Any]]) -> None:
-        """Fix a group's place in the token queue; synchronous, so flush order is queue order."""
-        self._turns.append(group)
+    def _enqueue(self, group: object, tickets: Iterable[Ticket[Any]]) -> list[_Part]:
+        """Fix a group's place in the token queue of each lane it has tickets in;
+        synchronous, so flush order is queue order within a lane. Returns its parts: the
+        group itself is the key of its first lane's turn."""
+        by_lane: tuple[list[Ticket[Any]], list[Ticket[Any]]] = ([], [])
         for ticket in tickets:
             ticket._set_phase("waiting_token")
+            by_lane[ticket._lane].append(ticket)
+        parts: list[_Part] = []
+        for lane, members in enumerate(by_lane):
+            if members:
+                key = group if not parts else object()
+                self._turns[lane].append(key)
+                parts.append((key, lane, members))
+        self._reconsider_turn()
+        return parts
+
+    def _head(self) -> object | None:
+        """The group whose turn it is: the head of the lane the chooser picks."""
+        turns = self._turns
+        lane = self._chooser.pick(bool(turns[0]), bool(turns[1]))
+        if lane is None:
+            return None
+        return turns[1 if lane == "deferrable" else 0][0]
+
+    def _reconsider_turn(self) -> None:
+        """The head may have changed: a group parked in the limiter that is no longer the
+        head steps back out (it keeps its place at the head of its lane)."""
+        parked = self._parked
+        if parked is not None and parked[0] is not self._head():
+            parked[1].cancel()
 
     async def _dispatch(
         self,
         group: object,
+        lane: int,
         tickets: Iterable[Ticket[Any]],
         deadline: trio.CancelScope | None,
         nursery: trio.Nursery,
@@ -582,26 +650,41 @@ class Dispatcher:
         Holds the group's turn until every ticket has a token (or left), so groups receive
         tokens in the order they were enqueued and tickets start in arrival order -- the
         order in which sibling tasks reach a lock is not something trio promises. Tokens are
-        borrowed on behalf of the ticket and returned by its job's task.
+        borrowed on behalf of the ticket and returned by its job's task. With both lanes
+        waiting, the turn moves between the lanes' heads token by token (``lanes``).
         """
         limiter = self._limiter
         assert limiter is not None
+        turns = self._turns
         try:
-            while self._turns[0] is not group:
-                await self._turn_lot.park()
             for ticket in tickets:
-                if ticket.done or not await self._take_token(limiter, ticket):
+                while True:
+                    while self._head() is not group:
+                        await self._turn_lot.park()
+                    taken = not ticket.done and await self._take_token(limiter, ticket, group)
+                    if taken is not None:
+                        break
+                    # None: stepped back for the other lane's head; wait for the turn again.
+                if not taken:
                     ticket._set_phase("finished")
                     continue
+                if turns[1 - lane]:  # both lanes waited: the lane rule counts it
+                    self._chooser.admitted("deferrable" if lane else "interactive", True)
+                    self._turn_lot.unpark_all()
+                else:
+                    self._chooser.admitted("interactive", False)
                 ticket._handed_out = True
                 nursery.start_soon(self._run_job, ticket, deadline)
         finally:
-            self._leave_turn(group)
+            self._leave_turn(group, lane)
 
-    async def _take_token(self, limiter: trio.CapacityLimiter, ticket: Ticket[Any]) -> bool:
+    async def _take_token(
+        self, limiter: trio.CapacityLimiter, ticket: Ticket[Any], group: object
+    ) -> bool | None:
         """The ticket's local token, then its shared slot if there are shared ones; False
         (holding neither) if the ticket was cancelled meanwhile or the shared slot refused
-        (the ticket then has that error as its outcome)."""
+        (the ticket then has that error as its outcome); None (holding neither) if its
+        group stopped being the head while it waited (``_reconsider_turn``)."""
         local = False
         try:
             limiter.acquire_on_behalf_of_nowait(ticket)
@@ -613,14 +696,22 @@ class Dispatcher:
             return True  # the usual path: nothing to wait for
         holder = shared.new_holder() if shared is not None else None
         granted = False
+        step_back = trio.CancelScope()
         try:
-            with ticket._wait_scope:  # cancel() interrupts this wait, and only this
-                if not local:
-                    await limiter.acquire_on_behalf_of(ticket)
-                    local = True
-                if shared is not None and holder is not None:
-                    await shared.acquire(holder, ticket._scope_name)
-                granted = True
+            # cancel() interrupts this wait, and only this; so does the other lane's head
+            # taking the turn (step_back).
+            with ticket._wait_scope, step_back:
+                self._parked = (group, step_back)
+                try:
+                    if not local:
+                        await limiter.acquire_on_behalf_of(ticket)
+                        local = True
+                    if shared is not None and holder is not None:
+                        await shared.acquire(holder, ticket._scope_name)
+                    granted = True
+                finally:
+                    if self._parked is not None and self._parked[1] is step_back:
+                        self._parked = None
         except ProxyError as exc:  # no shared slot to be had (Redis down, fail-closed)
             ticket._resolve_error(exc, "failed")
         if granted and not ticket.done:
@@ -632,14 +723,19 @@ class Dispatcher:
         if shared is not None and holder is not None:
             with trio.CancelScope(shield=True):
                 await shared.release(holder)  # idempotent: also for a half-done acquire
+        if step_back.cancel_called and not ticket.done:
+            ticket._wait_scope = trio.CancelScope()  # a scope is entered once: a fresh one
+            return None
         return False
 
-    def _leave_turn(self, group: object) -> None:
-        if group in self._turns:
-            was_head = self._turns[0] is group
-            self._turns.remove(group)
+    def _leave_turn(self, group: object, lane: int) -> None:
+        turns = self._turns[lane]
+        if group in turns:
+            was_head = turns[0] is group
+            turns.remove(group)
             if was_head:
                 self._turn_lot.unpark_all()
+                self._reconsider_turn()
 
     def _abandon(self, ticket: Ticket[Any], deadline: trio.CancelScope | None) -> None:
         """Resolve a ticket whose task is going away without an outcome; no-op if resolved.

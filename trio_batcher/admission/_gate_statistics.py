@@ -6,11 +6,23 @@ how the numbers are kept, as with ``trio.CapacityLimiter.statistics()``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import final
 
-__all__ = ["GateStatistics", "TenantStatistics"]
+__all__ = ["GateStatistics", "LaneStatistics", "TenantStatistics"]
+
+
+@final
+@dataclass(frozen=True)
+class LaneStatistics:
+    """One priority lane's part of a snapshot (``lanes``): its waiters now (a gauge), the
+    acquirers of the lane admitted and shed so far (counters, every reason together)."""
+
+    waiting: int
+    admitted_total: int
+    shed_total: int
 
 
 @final
@@ -42,6 +54,7 @@ class GateStatistics:
     name for acquirers that named none. ``pushed_out`` is the part of
     ``shed_by_reason["queue_full"]`` that waited in the queue and was pushed out by another
     tenant's newcomer (0 while no acquirer has named a tenant: it takes two tenants).
+    ``lanes`` has both priority lanes, ``"interactive"`` and ``"deferrable"``.
     """
 
     active: int
@@ -53,3 +66,4 @@ class GateStatistics:
     closed: bool
     by_tenant: Mapping[str, TenantStatistics]
     pushed_out: int = 0
+    lanes: Mapping[str, LaneStatistics] = dataclasses.field(default_factory=dict)

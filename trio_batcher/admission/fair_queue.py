@@ -5,12 +5,19 @@ parks waiters in it and asks it, whenever a slot comes free, whose turn it is. T
 (self-clocked fair queuing) and the guarantees it gives are in the gate's theory-of-operation
 docstring; this module holds the mechanics:
 
-* A :class:`Tenant` keeps its waiters in an insertion-ordered dict (FIFO, O(1) removal of a
-  cancelled waiter), its slot count ``active`` and its counters.
+* A :class:`Tenant` keeps its waiters in insertion-ordered dicts, one per lane (FIFO, O(1)
+  removal of a cancelled waiter), its slot count ``active`` and its counters.
+* Lanes (``lanes``): each lane -- interactive, deferrable -- has its own heap and virtual
+  time, so tenants' fair order holds within each lane; a hand-off asks a
+  :class:`~.lanes.LaneChooser` which lane it serves when both have eligible waiters. A
+  tenant's share (``max_inflight``) counts its slots of both lanes: at its share it leaves
+  both heaps. With every waiter interactive (the default) the deferrable heap stays empty
+  and the queue behaves exactly as one fair queue.
 * A backlogged tenant that may take a slot (not at its own ``max_inflight`` share) has one
-  live entry ``(tag, seq, tenant)`` in a binary heap: ``tag`` is the virtual time at which its
-  head waiter's admission finishes, ``seq`` the head's arrival number (the tie-break). ``pop``
-  takes the smallest, so a hand-off is O(log n) in the tenants with waiters.
+  live entry ``(tag, seq, tenant)`` in the binary heap of each lane it has waiters in:
+  ``tag`` is the virtual time at which its head waiter's admission finishes, ``seq`` the
+  head's arrival number (the tie-break). ``pop`` takes the smallest of the chosen lane, so a
+  hand-off is O(log n) in the tenants with waiters.
 * Entries are deleted lazily: a tenant whose head leaves, whose queue empties or who reaches
   its share drops its reference to its entry, and ``pop`` skips entries nobody references.
   The heap is rebuilt once dead entries outnumber live ones, which keeps it within twice the
@@ -34,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Generic, Literal, TypeAlias, TypeVar, final
+
+from .lanes import DEFAULT_DEFERRABLE_SHARE, LaneChooser
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -106,35 +115,45 @@ class Tenant(Generic[T]):
     """One tenant's waiters and counters. Owned by a :class:`FairQueue`; read by the gate.
 
     ``active`` is maintained by whoever grants and releases slots (the gate on its fast path,
-    :meth:`FairQueue.pop` and :meth:`FairQueue.release` on hand-offs).
+    :meth:`FairQueue.pop` and :meth:`FairQueue.release` on hand-offs). ``queues`` holds one
+    FIFO per lane (index 0 interactive, 1 deferrable: ``lanes``); the tenant's share, slots
+    and counters are one, whatever lane its requests are in.
     """
 
     __slots__ = (
-        "_entry",
+        "_entries",
         "active",
         "admitted",
         "cost",
         "limit",
         "pushed_out",
+        "queues",
         "share",
         "shed",
-        "waiters",
     )
 
     def __init__(self, share: TenantShare) -> None:
         self.share = share
         self.cost = virtual_cost(share.weight)
         self.limit = share.max_inflight  # copied off the share: read on every fast-path grant
-        self.waiters: dict[T, int] = {}  # FIFO: waiter -> arrival number
+        # FIFO per lane: waiter -> arrival number.
+        self.queues: tuple[dict[T, int], dict[T, int]] = ({}, {})
         self.active = 0
         self.admitted = 0
         self.shed: dict[str, int] = dict.fromkeys(SHED_REASONS, 0)
         self.pushed_out = 0  # of shed["queue_full"]: waiters pushed out of a full queue
-        self._entry: tuple[int, int, Tenant[T]] | None = None  # live heap entry, if eligible
+        # Live heap entry per lane, if eligible there.
+        self._entries: list[tuple[int, int, Tenant[T]] | None] = [None, None]
 
     @property
     def name(self) -> str:
         return self.share.name
+
+    @property
+    def waiting(self) -> int:
+        """Its waiters, both lanes together."""
+        queues = self.queues
+        return len(queues[0]) + len(queues[1])
 
     @property
     def capped(self) -> bool:
@@ -143,26 +162,41 @@ class Tenant(Generic[T]):
 
     @property
     def queue_full(self) -> bool:
-        """Its own ``max_queue`` share of waiters is reached."""
+        """Its own ``max_queue`` share of waiters (both lanes) is reached."""
         limit = self.share.max_queue
-        return limit is not None and len(self.waiters) >= limit
+        return limit is not None and self.waiting >= limit
+
+
+def _lane(deferrable: bool) -> int:
+    return 1 if deferrable else 0
 
 
 @final
 class FairQueue(Generic[T]):
-    """Per-tenant FIFO queues of ``T`` (waiters), popped in weighted fair order.
+    """Per-tenant FIFO queues of ``T`` (waiters), popped in weighted fair order per lane.
 
     Only tenants with waiters that are not at their ``max_inflight`` share are eligible;
-    :meth:`pop` never returns a waiter of any other tenant.
+    :meth:`pop` never returns a waiter of any other tenant. Each lane (interactive,
+    deferrable: ``lanes``) has its own fair order (heap and virtual time); which lane a
+    hand-off serves when both have eligible waiters is the :class:`~.lanes.LaneChooser`'s
+    call. With no deferrable waiter it is one fair queue, as before lanes.
+
+    Args:
+      deferrable_share: the deferrable lane's least share of contended hand-offs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, deferrable_share: float = DEFAULT_DEFERRABLE_SHARE) -> None:
         self._tenants: dict[str, Tenant[T]] = {}
-        self._heap: list[tuple[int, int, Tenant[T]]] = []
-        self._live = 0  # entries of _heap some tenant references
-        self._vtime = 0  # tag of the latest admission from the queue
+        self._heaps: tuple[list[tuple[int, int, Tenant[T]]], list[tuple[int, int, Tenant[T]]]] = (
+            [],
+            [],
+        )
+        self._live = [0, 0]  # entries of each lane's heap some tenant references
+        self._vtime = [0, 0]  # tag of the latest admission from each lane
         self._seq = 0  # arrival numbers, for ties
+        self._chooser = LaneChooser(deferrable_share)
         self.waiting = 0
+        self.lane_waiting = [0, 0]  # waiting, by lane (0 interactive, 1 deferrable)
 
     @property
     def tenants(self) -> Mapping[str, Tenant[T]]:
@@ -170,7 +204,8 @@ class FairQueue(Generic[T]):
 
     @property
     def virtual_time(self) -> int:
-        return self._vtime
+        """The interactive lane's (the only one while nothing is deferrable)."""
+        return self._vtime[0]
 
     def tenant(self, share: TenantShare) -> Tenant[T]:
         """The state of ``share.name``, created on first sight, with ``share`` in force.
@@ -191,13 +226,16 @@ class FairQueue(Generic[T]):
                 self._reconsider(tenant)
         return tenant
 
-    def push(self, tenant: Tenant[T], item: T) -> None:
-        """Queue ``item`` last in ``tenant``'s FIFO."""
-        tenant.waiters[item] = self._seq
+    def push(self, tenant: Tenant[T], item: T, deferrable: bool = False) -> None:
+        """Queue ``item`` last in ``tenant``'s FIFO of its lane."""
+        lane = _lane(deferrable)
+        queue = tenant.queues[lane]
+        queue[item] = self._seq
         self._seq += 1
         self.waiting += 1
-        if len(tenant.waiters) == 1 and not tenant.capped:
-            self._enter(tenant)
+        self.lane_waiting[lane] += 1
+        if len(queue) == 1 and not tenant.capped:
+            self._enter(tenant, lane)
 
     def remove(self, tenant: Tenant[T], item: T) -> bool:
         """Take ``item`` out of the queue wherever it is (a cancelled waiter).
@@ -205,109 +243,141 @@ class FairQueue(Generic[T]):
         Returns:
           Whether it was still queued.
         """
-        waiters = tenant.waiters
+        queues = tenant.queues
+        lane = 0 if item in queues[0] else 1
+        waiters = queues[lane]
         if item not in waiters:
             return False
         head = next(iter(waiters)) is item
         del waiters[item]
         self.waiting -= 1
-        entry = tenant._entry
+        self.lane_waiting[lane] -= 1
+        entry = tenant._entries[lane]
         if head and entry is not None:
-            self._drop(tenant)
+            self._drop(tenant, lane)
             if waiters:  # the new head keeps the tag, with its own arrival number
-                self._push_entry(tenant, entry[0])
+                self._push_entry(tenant, lane, entry[0])
         return True
 
     def pop(self) -> tuple[Tenant[T], T] | None:
-        """The next waiter in fair order, counted into its tenant's ``active``; or ``None``."""
-        heap = self._heap
+        """The next waiter in fair order (its lane chosen by the lane rule), counted into its
+        tenant's ``active``; or ``None``."""
+        live = self._live
+        interactive, deferrable = live[0] > 0, live[1] > 0
+        choice = self._chooser.take(interactive, deferrable)
+        if choice is None:
+            return None
+        lane = 1 if choice == "deferrable" else 0
+        heap = self._heaps[lane]
         while heap:
             entry = heapq.heappop(heap)
             tenant = entry[2]
-            if tenant._entry is not entry:
+            if tenant._entries[lane] is not entry:
                 continue  # dead: the tenant left, or its head changed
-            tenant._entry = None
-            self._live -= 1
-            waiters = tenant.waiters
+            tenant._entries[lane] = None
+            live[lane] -= 1
+            waiters = tenant.queues[lane]
             item = next(iter(waiters))
             del waiters[item]
             self.waiting -= 1
-            self._vtime = tag = entry[0]
+            self.lane_waiting[lane] -= 1
+            self._vtime[lane] = tag = entry[0]
             tenant.active += 1
-            if waiters and not tenant.capped:
-                self._push_entry(tenant, tag + tenant.cost)
+            if tenant.capped:
+                if tenant._entries[1 - lane] is not None:  # not eligible in either lane now
+                    self._drop(tenant, 1 - lane)
+            elif waiters:
+                self._push_entry(tenant, lane, tag + tenant.cost)
             return tenant, item
-        return None
+        raise AssertionError("a lane with live entries has none in its heap")  # pragma: no cover
 
     def release(self, tenant: Tenant[T]) -> tuple[Tenant[T], T] | None:
         """``tenant`` gives a slot back: the waiter it passes to (see :meth:`pop`), or ``None``."""
         tenant.active -= 1
-        if tenant._entry is None and tenant.waiters and not tenant.capped:
-            self._enter(tenant)
+        if not tenant.capped:
+            for lane in (0, 1):
+                if tenant._entries[lane] is None and tenant.queues[lane]:
+                    self._enter(tenant, lane)
         return self.pop()
 
-    def longest(self, newcomer: Tenant[T]) -> Tenant[T] | None:
+    def longest(
+        self, newcomer: Tenant[T], deferrable: bool = False
+    ) -> tuple[Tenant[T], int] | None:
         """Whom a full queue sheds to make room for one more waiter of ``newcomer``.
 
-        Longest queue drop: counting the newcomer into its own queue, the tenant whose queue is
-        longest in weighted terms (``waiting / weight``) is to lose its newest waiter. Ties go
-        to the newcomer's own tenant, then among the others to the one whose newest waiter
-        arrived last.
+        Deferrable waiters go first: an interactive newcomer, while any deferrable waiter
+        waits, sheds the newest waiter of the longest deferrable queue (in weighted terms);
+        a deferrable newcomer never sheds an interactive waiter. Within the newcomer's own
+        lane, longest queue drop: counting the newcomer into its own queue, the tenant whose
+        queue is longest in weighted terms (``waiting / weight``) is to lose its newest
+        waiter. Ties go to the newcomer's own tenant, then among the others to the one whose
+        newest waiter arrived last.
 
         Returns:
-          That tenant, or ``None`` when it is the newcomer's own: shed the newcomer.
+          That tenant and the lane (0 interactive, 1 deferrable) to shed from, or ``None``
+          when it is the newcomer's own: shed the newcomer.
         """
-        bar = (len(newcomer.waiters) + 1) * newcomer.cost
+        lane = _lane(deferrable)
+        if lane == 0 and self.lane_waiting[1]:
+            lane, bar, own = 1, 0, None  # any deferrable waiter goes before the newcomer
+        else:
+            bar, own = (len(newcomer.queues[lane]) + 1) * newcomer.cost, newcomer
         victim: Tenant[T] | None = None
         newest = -1
         for tenant in self._tenants.values():
-            waiters = tenant.waiters
-            if tenant is newcomer or not waiters:
+            waiters = tenant.queues[lane]
+            if tenant is own or not waiters:
                 continue
             load = len(waiters) * tenant.cost
             seq = waiters[next(reversed(waiters))]
             if load > bar or (load == bar and victim is not None and seq > newest):
                 victim, bar, newest = tenant, load, seq
-        return victim
+        return None if victim is None else (victim, lane)
 
-    def pop_newest(self, tenant: Tenant[T]) -> T:
-        """Take ``tenant``'s newest waiter out of the queue (it has waiters)."""
-        item = next(reversed(tenant.waiters))
+    def pop_newest(self, tenant: Tenant[T], lane: int = 0) -> T:
+        """Take ``tenant``'s newest waiter of ``lane`` out of the queue (it has one)."""
+        item = next(reversed(tenant.queues[lane]))
         self.remove(tenant, item)
         return item
 
     def clear(self) -> list[tuple[Tenant[T], T]]:
         """Empty every queue; what was queued, tenant by tenant (for shutdown)."""
-        self._heap.clear()
-        self._live = 0
+        for heap in self._heaps:
+            heap.clear()
+        self._live = [0, 0]
         self.waiting = 0
+        self.lane_waiting = [0, 0]
         cleared: list[tuple[Tenant[T], T]] = []
         for tenant in self._tenants.values():
-            tenant._entry = None
-            waiters, tenant.waiters = tenant.waiters, {}
-            cleared.extend((tenant, item) for item in waiters)
+            tenant._entries = [None, None]
+            queues, tenant.queues = tenant.queues, ({}, {})
+            for waiters in queues:
+                cleared.extend((tenant, item) for item in waiters)
         return cleared
 
     def _reconsider(self, tenant: Tenant[T]) -> None:
-        eligible = bool(tenant.waiters) and not tenant.capped
-        if eligible and tenant._entry is None:
-            self._enter(tenant)
-        elif not eligible and tenant._entry is not None:
-            self._drop(tenant)
+        for lane in (0, 1):
+            eligible = bool(tenant.queues[lane]) and not tenant.capped
+            if eligible and tenant._entries[lane] is None:
+                self._enter(tenant, lane)
+            elif not eligible and tenant._entries[lane] is not None:
+                self._drop(tenant, lane)
 
-    def _enter(self, tenant: Tenant[T]) -> None:
+    def _enter(self, tenant: Tenant[T], lane: int) -> None:
         # Becoming eligible (first waiter, or no longer at its share): start from now.
-        self._push_entry(tenant, self._vtime + tenant.cost)
+        self._push_entry(tenant, lane, self._vtime[lane] + tenant.cost)
 
-    def _drop(self, tenant: Tenant[T]) -> None:
-        tenant._entry = None
-        self._live -= 1
-        if len(self._heap) > 2 * self._live + 16:
-            self._heap = [entry for entry in self._heap if entry[2]._entry is entry]
-            heapq.heapify(self._heap)
+    def _drop(self, tenant: Tenant[T], lane: int) -> None:
+        tenant._entries[lane] = None
+        self._live[lane] -= 1
+        heap = self._heaps[lane]
+        if len(heap) > 2 * self._live[lane] + 16:
+            heap[:] = [entry for entry in heap if entry[2]._entries[lane] is entry]
+            heapq.heapify(heap)
 
-    def _push_entry(self, tenant: Tenant[T], tag: int) -> None:
-        entry = (tag, tenant.waiters[next(iter(tenant.waiters))], tenant)
-        tenant._entry = entry
-        self._live += 1
-        heapq.heappush(self._heap, entry)
+    def _push_entry(self, tenant: Tenant[T], lane: int, tag: int) -> None:
+        waiters = tenant.queues[lane]
+        entry = (tag, waiters[next(iter(waiters))], tenant)
+        tenant._entries[lane] = entry
+        self._live[lane] += 1
+        heapq.heappush(self._heaps[lane], entry)

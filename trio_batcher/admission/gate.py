@@ -71,6 +71,21 @@ floods do not push each other out in turn. Shed reasons, then: ``"tenant_queue_f
 longest: at the door, or while waiting -- a push-out, counted in ``pushed_out``);
 ``"queue_timeout"``; ``"shutdown"``.
 
+Priority lanes (``lanes``). An acquirer that says it is ``deferrable`` (a background
+response, a flex request falling back to realtime) queues in the deferrable lane; everyone
+else in the interactive lane. Each lane is fair between tenants as above (its own virtual
+time); a tenant's ``max_inflight`` and ``max_queue`` shares count both lanes together. When a
+slot comes free and both lanes have eligible waiters, the interactive lane's waiter gets it,
+except that the deferrable lane gets at least ``deferrable_share`` of such hand-offs (a
+credit: with 0.2, one in five), so deferrable work is slowed, never starved. A free slot is
+taken by whoever asks first, whatever its lane (invariant 2 holds across lanes: no slot is
+free while anyone eligible waits). A full queue sheds deferrable waiters first: an
+interactive newcomer pushes out the newest waiter of the longest deferrable queue while any
+deferrable waiter waits (the flood rule above then applies among deferrable queues); a
+deferrable newcomer never pushes out an interactive waiter -- it competes only with other
+deferrable queues, and is shed at the door when there are none to push out. With nobody
+deferrable, or ``LanePolicy(enabled=False)``, the gate is exactly the one-lane gate above.
+
 Decisions are synchronous: ``acquire()`` sheds, or pushes a waiter out and queues, before its
 first checkpoint, so a shed costs no scheduling round-trip (a caller already cancelled leaves
 with ``Cancelled`` instead of pushing anyone out). The uncontended path (a slot free,
@@ -104,13 +119,16 @@ from typing import final
 
 import trio
 
-from ._gate_statistics import GateStatistics, TenantStatistics
+from ._gate_statistics import GateStatistics, LaneStatistics, TenantStatistics
 from .fair_queue import DEFAULT_TENANT, SHED_REASONS, FairQueue, ShedReason, Tenant, TenantShare
+from .lanes import DEFAULT_LANES, LANES, LanePolicy
 
 __all__ = [
     "DEFAULT_TENANT",
     "AdmissionGate",
     "GateStatistics",
+    "LanePolicy",
+    "LaneStatistics",
     "Shed",
     "ShedReason",
     "Slot",
@@ -181,9 +199,10 @@ class Slot:
 
 @final
 class _Waiter:
-    __slots__ = ("shed", "slot", "woken")
+    __slots__ = ("lane", "shed", "slot", "woken")
 
-    def __init__(self) -> None:
+    def __init__(self, lane: int) -> None:
+        self.lane = lane  # 0 interactive, 1 deferrable
         self.woken = trio.Event()
         self.slot: Slot | None = None  # set by release(): the hand-off
         self.shed: ShedReason | None = None  # set by close() and by a push-out
@@ -201,6 +220,8 @@ class AdmissionGate:
       acquire_timeout: seconds a waiter waits before ``Shed("queue_timeout")`` (may be
         ``math.inf``): a safety net so a queued request cannot outwait its client.
       retry_after: the ``retry_after`` every ``Shed`` carries.
+      lanes: the priority lanes' policy (``lanes``): whether an acquirer that says it is
+        ``deferrable`` queues in the deferrable lane, and that lane's share. By default on.
     """
 
     def __init__(
@@ -210,6 +231,7 @@ class AdmissionGate:
         acquire_timeout: float,
         *,
         retry_after: float = 1.0,
+        lanes: LanePolicy = DEFAULT_LANES,
     ) -> None:
         if max_inflight < 0 or max_queue < 0:
             raise ValueError("max_inflight and max_queue must be >= 0")
@@ -220,7 +242,10 @@ class AdmissionGate:
         self._acquire_timeout = acquire_timeout
         self._retry_after = retry_after
         self._active = 0
-        self._queue: FairQueue[_Waiter] = FairQueue()
+        self._lanes = lanes
+        self._queue: FairQueue[_Waiter] = FairQueue(lanes.deferrable_share)
+        self._lane_admitted = [0, 0]  # by lane: 0 interactive, 1 deferrable
+        self._lane_shed = [0, 0]
         self._states = self._queue.tenants
         self._default = self._queue.tenant(DEFAULT_TENANT)
         self._named = False  # has any acquirer named a tenant?
@@ -228,29 +253,41 @@ class AdmissionGate:
         self._shed: dict[ShedReason, int] = dict.fromkeys(SHED_REASONS, 0)
         self._idle = trio.lowlevel.ParkingLot()
 
-    def acquire_nowait(self, *, tenant: TenantShare | None = None) -> Slot:
+    @property
+    def lanes(self) -> LanePolicy:
+        return self._lanes
+
+    def acquire_nowait(
+        self, *, tenant: TenantShare | None = None, deferrable: bool = False
+    ) -> Slot:
         """Take a free slot, never waiting.
 
         Args:
           tenant: who is asking; ``None`` for ``DEFAULT_TENANT``.
+          deferrable: counted in the deferrable lane (lanes on).
 
         Raises:
           Shed: ``"shutdown"`` once closed; ``"tenant_queue_full"`` when the tenant is at its
             own ``max_inflight`` share; ``"queue_full"`` when no slot is free for it now.
         """
         state = self._default if tenant is None else self._tenant(tenant)
+        lane = 1 if deferrable and self._lanes.enabled else 0
         if self._closed:
-            raise self._shed_now("shutdown", state)
+            raise self._shed_now("shutdown", state, lane)
         if self._max_inflight == 0 or (
             self._active < self._max_inflight
-            and not state.waiters
+            and not state.waiting
             and (state.limit is None or state.active < state.limit)
         ):
-            return self._grant(state)
-        raise self._shed_now("tenant_queue_full" if state.capped else "queue_full", state)
+            return self._grant(state, lane)
+        raise self._shed_now("tenant_queue_full" if state.capped else "queue_full", state, lane)
 
     async def acquire(
-        self, deadline: float = math.inf, *, tenant: TenantShare | None = None
+        self,
+        deadline: float = math.inf,
+        *,
+        tenant: TenantShare | None = None,
+        deferrable: bool = False,
     ) -> Slot:
         """Take a slot, waiting in the tenant's queue for up to ``acquire_timeout`` if need
         be, and never past ``deadline`` (the request's own, ``trio.current_time()`` scale).
@@ -258,6 +295,9 @@ class AdmissionGate:
         Args:
           deadline: when to give up waiting, at the latest.
           tenant: who is asking; ``None`` for ``DEFAULT_TENANT``.
+          deferrable: the request can wait: with lanes on it queues in the deferrable
+            lane, admitted after interactive waiters but for its lane's share, and shed
+            first when the queue is full.
 
         Raises:
           Shed: ``"shutdown"`` (closed, before or while waiting), ``"tenant_queue_full"``
@@ -267,31 +307,32 @@ class AdmissionGate:
             pushed out while waiting by another tenant's newcomer -- or ``"queue_timeout"``.
         """
         state = self._default if tenant is None else self._tenant(tenant)
+        lane = 1 if deferrable and self._lanes.enabled else 0
         if self._closed:
-            raise self._shed_now("shutdown", state)
+            raise self._shed_now("shutdown", state, lane)
         if self._max_inflight == 0 or (
             self._active < self._max_inflight
-            and not state.waiters
+            and not state.waiting
             and (state.limit is None or state.active < state.limit)
         ):
             await trio.lowlevel.checkpoint_if_cancelled()
-            slot = self._grant(state)
+            slot = self._grant(state, lane)
             await trio.lowlevel.cancel_shielded_checkpoint()
             return slot
         if state.queue_full:
-            raise self._shed_now("tenant_queue_full", state)
+            raise self._shed_now("tenant_queue_full", state, lane)
         queue = self._queue
         if queue.waiting >= self._max_queue:
-            victim = queue.longest(state)
+            victim = queue.longest(state, lane == 1)
             if victim is None:
-                raise self._shed_now("queue_full", state)
+                raise self._shed_now("queue_full", state, lane)
             await trio.lowlevel.checkpoint_if_cancelled()  # a no-op unless we have left
-            pushed = queue.pop_newest(victim)
+            pushed = queue.pop_newest(*victim)
             pushed.shed = "queue_full"
             pushed.woken.set()
 
-        waiter = _Waiter()
-        queue.push(state, waiter)
+        waiter = _Waiter(lane)
+        queue.push(state, waiter, lane == 1)
         try:
             with trio.move_on_at(min(trio.current_time() + self._acquire_timeout, deadline)):
                 await waiter.woken.wait()
@@ -303,10 +344,11 @@ class AdmissionGate:
         queue.remove(state, waiter)
         if waiter.slot is not None:
             state.admitted += 1
+            self._lane_admitted[lane] += 1
             return waiter.slot
         if waiter.shed == "queue_full":
             state.pushed_out += 1
-        raise self._shed_now(waiter.shed or "queue_timeout", state)
+        raise self._shed_now(waiter.shed or "queue_timeout", state, lane)
 
     def close(self) -> None:
         """Shed every waiter and every later acquirer with ``"shutdown"``. Idempotent."""
@@ -338,7 +380,7 @@ class AdmissionGate:
                 {
                     t.name: TenantStatistics(
                         active=t.active,
-                        waiting=len(t.waiters),
+                        waiting=t.waiting,
                         admitted_total=t.admitted,
                         shed_by_reason=MappingProxyType(dict(t.shed)),
                         weight=t.share.weight,
@@ -350,6 +392,16 @@ class AdmissionGate:
                 }
             ),
             pushed_out=sum(t.pushed_out for t in tenants),
+            lanes=MappingProxyType(
+                {
+                    name: LaneStatistics(
+                        waiting=self._queue.lane_waiting[i],
+                        admitted_total=self._lane_admitted[i],
+                        shed_total=self._lane_shed[i],
+                    )
+                    for i, name in enumerate(LANES)
+                }
+            ),
         )
 
     def _tenant(self, share: TenantShare) -> Tenant[_Waiter]:
@@ -373,14 +425,16 @@ class AdmissionGate:
             handed[1].woken.set()
         return state
 
-    def _grant(self, state: Tenant[_Waiter]) -> Slot:
+    def _grant(self, state: Tenant[_Waiter], lane: int) -> Slot:
         self._active += 1
         state.active += 1
         state.admitted += 1
+        self._lane_admitted[lane] += 1
         return Slot(self, state)
 
-    def _shed_now(self, reason: ShedReason, state: Tenant[_Waiter]) -> Shed:
+    def _shed_now(self, reason: ShedReason, state: Tenant[_Waiter], lane: int) -> Shed:
         self._shed[reason] += 1
+        self._lane_shed[lane] += 1
         state.shed[reason] += 1
         return Shed(reason, self._retry_after, None if state is self._default else state.name)
 

@@ -43,7 +43,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, final
 
 import trio
@@ -94,12 +94,10 @@ _SHUT_DOWN_QUEUED: Final = (
 
 
 def background_request(request: UpstreamRequest) -> UpstreamRequest:
-    """Every background request passes here before the pipeline runs it.
-
-    Unchanged today; the lead makes this mark the request deferrable when the lanes land
-    (priority lanes at admission put deferrable work behind interactive requests).
-    """
-    return request
+    """Every background request passes here before the pipeline runs it: marked
+    deferrable, so it queues behind interactive requests wherever requests queue (the
+    admission gate, the upstream cap), within its lane's share (``admission.lanes``)."""
+    return replace(request, deferrable=True)
 
 
 @final

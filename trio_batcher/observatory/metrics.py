@@ -53,6 +53,7 @@ from decimal import Decimal
 from typing import Any, Final, Literal, final
 
 from .flex import FlexTotals
+from .lanes import LaneBook, LaneStatistics, lanes_document
 from .latency import LATENCY_BUCKETS as LATENCY_BUCKETS
 from .latency import Histogram, HistogramCounts
 from .latency import Timing as Timing
@@ -139,6 +140,7 @@ class MetricsRegistry:
         self._routing = RoutingTotals()
         # The flex path's own counters (``service_tier: "flex"``), the ``flex`` block.
         self.flex: Final = FlexTotals(self.window, pricing)
+        self._lanes = LaneBook(self.window)  # priority lanes (``lanes``)
         self._clock = clock
         self._started_mono = clock()
         self._started_wall = time.time()
@@ -368,6 +370,26 @@ class MetricsRegistry:
             self._rejected[reason] = self._rejected.get(reason, 0) + 1
             self._tenants.record_rejected(tenant, reason)
 
+    def record_lane_admitted(self, lane: str) -> None:
+        """Count a request admitted through the gate in ``lane`` (``lanes``)."""
+        with self._lock:
+            self._lanes.admitted(lane)
+
+    def record_lane_shed(self, lane: str, reason: str) -> None:
+        """Count a request of ``lane`` the gate shed (also in ``record_rejected``)."""
+        with self._lock:
+            self._lanes.shed(lane, reason)
+
+    def record_lane_wait(self, lane: str, seconds: float) -> None:
+        """A finished request's queue wait (``Timing.queue``) in its lane."""
+        with self._lock:
+            self._lanes.waited(lane, seconds)
+
+    def lane_statistics(self) -> dict[str, LaneStatistics]:
+        """The lanes' all-time counters (their Prometheus view)."""
+        with self._lock:
+            return self._lanes.statistics()
+
     def record_window(self, size: int, reason: Literal["size", "time", "drain"]) -> None:
         """Count a flushed admission window of ``size`` requests and why it flushed."""
         with self._lock:
@@ -468,8 +490,9 @@ class MetricsRegistry:
             surface_samples = {name: entry.samples() for name, entry in self._surfaces.items()}
             tenant_samples = self._tenants.samples()
             upstream_samples = self._upstreams.samples()
+            lane_stats, lane_samples = self._lanes.statistics(), self._lanes.samples()
             uptime = self._clock() - self._started_mono
-        return snapshot_document(
+        document = snapshot_document(
             stats,
             samples,
             surface_samples,
@@ -480,3 +503,6 @@ class MetricsRegistry:
             pricing=self.pricing,
             gauges=gauges,
         )
+        waiting = gauges.lanes_waiting if gauges is not None else None
+        document["lanes"] = lanes_document(lane_stats, lane_samples, waiting)
+        return document

@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import (
 from ..upstream.resilience import ResilienceStatistics
 from .flex import FlexCollector
 from .gc_pauses import GcStatistics
+from .lanes import lane_families
 from .metrics import Gauges, MetricsRegistry
 from .prometheus_breakdown import PREFIX, buckets, surface_families, tenant_families
 from .prometheus_cluster import ClusterCollector
@@ -174,6 +175,7 @@ class _RegistryCollector:
         yield from tenant_families(stats.by_tenant)
         yield from upstream_families(stats.by_upstream)
         yield from routing_families(stats.routing)
+        yield from lane_families(self._registry.lane_statistics(), gauges.lanes_waiting)
 
         yield _start_time(stats.started_at)
 

@@ -36,6 +36,8 @@ class Gauges:
     trio_tasks: int | None = None
     # The garbage collector's pauses so far (``gc_pauses``).
     gc: GcStatistics | None = None
+    # Requests waiting for admission now, by priority lane (``lanes``).
+    lanes_waiting: Mapping[str, int] | None = None
 
 
 @final

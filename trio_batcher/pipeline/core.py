@@ -95,7 +95,7 @@ class Pipeline:
         self.settings = settings
         self._flex = flex
         self.metrics = metrics
-        self._outcomes = Outcomes(metrics)
+        self._outcomes = Outcomes(metrics, gate.lanes)
         self._guard = guard
         self._fleet = fleet
         self._dispatcher = dispatcher
@@ -156,8 +156,9 @@ class Pipeline:
                 raise codec.error(exc) from None
             if flexed is not None:
                 return flexed
-            # FLEX_ON_TIMEOUT=realtime: a realtime call now, with a deadline of its own.
-            request = replace(request, service_tier=None)
+            # FLEX_ON_TIMEOUT=realtime: a realtime call now, with a deadline of its own, in
+            # the deferrable lane (the client said it can wait: interactive work goes first).
+            request = replace(request, service_tier=None, deferrable=True)
             deadline = trio.current_time() + self.settings.request_timeout_s
         early = self._fleet.shed_error(deadline, request.model, request.pinned)
         if early is not None:  # the upstream asked us to wait longer than this request may
@@ -193,9 +194,12 @@ class Pipeline:
         deadline: float,
         grant: TenantGrant | None,
     ) -> Slot:
+        lane = self._gate.lanes.lane(request.deferrable)
         try:
-            return await self._gate.acquire(
-                deadline, tenant=grant.share if grant is not None else None
+            slot = await self._gate.acquire(
+                deadline,
+                tenant=grant.share if grant is not None else None,
+                deferrable=request.deferrable,
             )
         except trio.Cancelled:
             # The client left while queued: not shed, but it was a request, so count it.
@@ -209,6 +213,7 @@ class Pipeline:
         except Shed as shed:
             if self.metrics is not None:
                 self.metrics.record_rejected(shed.reason, tenant=request.tenant)
+                self.metrics.record_lane_shed(lane, shed.reason)
             waited = trio.current_time() - arrived
             headers = {
                 "Retry-After": str(math.ceil(shed.retry_after)),
@@ -229,6 +234,9 @@ class Pipeline:
                 code=shed.reason,
                 headers=headers,
             ) from None
+        if self.metrics is not None:
+            self.metrics.record_lane_admitted(lane)
+        return slot
 
     # -- non-streaming ------------------------------------------------------------------------
 
@@ -254,7 +262,9 @@ class Pipeline:
         failure: ProxyError | None = None
         try:
             with trio.move_on_at(deadline):
-                served = await self._dispatcher.call(job, scope=request.model)
+                served = await self._dispatcher.call(
+                    job, scope=request.model, deferrable=request.deferrable
+                )
             if served is None:
                 raise deadline_error(self.settings)
             status = 200
@@ -313,6 +323,7 @@ class Pipeline:
                     send,
                 ),
                 scope=request.model,
+                deferrable=request.deferrable,
             )
         except BaseException:
             # Refused (the dispatcher is shutting down): the slot is still ours to give back.

@@ -12,6 +12,7 @@ from typing import Any, final
 
 import trio
 
+from ..admission.lanes import LanePolicy
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..upstream.request import UpstreamRequest
 
@@ -45,10 +46,12 @@ def request_timing(
 
 @final
 class Outcomes:
-    """Records finished requests in the metrics registry (nothing, without one)."""
+    """Records finished requests in the metrics registry (nothing, without one); with
+    ``lanes``, each one's queue wait under the priority lane it queued in."""
 
-    def __init__(self, metrics: MetricsRegistry | None) -> None:
+    def __init__(self, metrics: MetricsRegistry | None, lanes: LanePolicy | None = None) -> None:
         self.metrics = metrics
+        self._lanes = lanes
 
     def success(
         self,
@@ -60,6 +63,7 @@ class Outcomes:
     ) -> None:
         """``upstream``: the one that answered, counted under it and priced at its prices."""
         if self.metrics is not None:
+            self._lane_wait(self.metrics, request, timing)
             self.metrics.record_success(
                 request.model,
                 usage,
@@ -81,6 +85,7 @@ class Outcomes:
     ) -> None:
         """``upstream``: the last one tried; None when the request was never routed."""
         if self.metrics is not None:
+            self._lane_wait(self.metrics, request, timing)
             self.metrics.record_error(
                 request.model,
                 status,
@@ -91,3 +96,9 @@ class Outcomes:
                 tenant=request.tenant,
                 upstream=upstream,
             )
+
+    def _lane_wait(
+        self, metrics: MetricsRegistry, request: UpstreamRequest, timing: Timing
+    ) -> None:
+        if self._lanes is not None:
+            metrics.record_lane_wait(self._lanes.lane(request.deferrable), timing.queue)

@@ -69,6 +69,8 @@ class Settings:
     max_inflight: int = 0
     max_queue: int = 64
     acquire_timeout_s: float = 5.0
+    lanes_enabled: bool = True
+    lane_deferrable_share: float = 0.2
     retry_after_s: int = 1
     shutdown_grace_s: float = 30.0
     keepalive_timeout_s: float = 5.0

@@ -90,6 +90,14 @@ def number(minimum: float, *, strict: bool = False) -> Callable[[str], float]:
     return parse
 
 
+def share(raw: str) -> float:
+    """A fraction in (0, 0.5]: a lane's least share (``LANE_DEFERRABLE_SHARE``)."""
+    value = number(0, strict=True)(raw)
+    if value > 0.5:
+        raise ValueError(f"must be <= 0.5, got {value:g}")
+    return value
+
+
 def base_url(raw: str) -> str:
     value = raw.strip().rstrip("/")
     try:

@@ -205,6 +205,20 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         "How long a queued request waits for a slot before it is shed (429).",
     ),
     SettingSpec(
+        "LANES_ENABLED",
+        "lanes_enabled",
+        parsers.boolean,
+        True,
+        "Priority lanes: interactive requests are admitted ahead of deferrable ones (background, flex falling back to realtime) when the gate or the upstream cap is full.",
+    ),
+    SettingSpec(
+        "LANE_DEFERRABLE_SHARE",
+        "lane_deferrable_share",
+        parsers.share,
+        0.2,
+        "The least share of contended admissions that go to deferrable requests, in (0, 0.5]: they are slowed, never starved.",
+    ),
+    SettingSpec(
         "RETRY_AFTER_S",
         "retry_after_s",
         parsers.integer(0),

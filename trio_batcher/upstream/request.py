@@ -83,6 +83,10 @@ class UpstreamRequest:
       service_tier: ``"flex"``: the client said the request may wait, and its door found
         the gateway able to batch it: the pipeline answers it through a Message Batch at
         the batch price (``pipeline.flex``); ``None``: realtime, as always.
+      deferrable: the request can wait (a background response, a flex request falling
+        back to realtime): it queues in the deferrable priority lane at the admission gate
+        and the upstream cap (``admission.lanes``), behind interactive requests but for its
+        lane's share. Set by the gateway, never by a client's say-so.
     """
 
     body: Mapping[str, Any]
@@ -97,3 +101,4 @@ class UpstreamRequest:
     pinned: str | None = None
     on_reply: ReplyHook | None = None
     service_tier: str | None = None
+    deferrable: bool = False
