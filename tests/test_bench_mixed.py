@@ -52,13 +52,13 @@ def test_background_requests_are_accepted_refused_finished_or_left_unfinished() 
     assert refused["unfinished"] == 0
 
 
-def test_the_flex_block_is_read_as_deltas_and_its_saving_found_by_name() -> None:
-    before = {"flex": {"requests": 4, "cost": {"batch_usd": 0.5, "savings_usd": 0.5}}}
+def test_the_flex_block_is_read_as_deltas_and_its_saving_is_its_cost_saved() -> None:
+    before = {"flex": {"requests": 4, "cost": {"batch_usd": 0.5, "saved_usd": 0.5}}}
     after = {
         "flex": {
             "requests": 10,
-            "fallbacks": 1,
-            "cost": {"batch_usd": 1.25, "savings_usd": 1.25},
+            "pending": 1,
+            "cost": {"batch_usd": 1.25, "realtime_usd": 2.5, "saved_usd": 1.25},
             "enabled": True,
             "window": "size",
         }
@@ -66,11 +66,11 @@ def test_the_flex_block_is_read_as_deltas_and_its_saving_found_by_name() -> None
     delta = flex_delta(before, after)
     assert delta == {
         "requests": 6,
-        "fallbacks": 1,
-        "cost": {"batch_usd": 0.75, "savings_usd": 0.75},
+        "pending": 1,
+        "cost": {"batch_usd": 0.75, "realtime_usd": 2.5, "saved_usd": 0.75},
     }
     assert saved_usd(delta) == 0.75
-    assert saved_usd({"requests": 3, "saved_usd": 0.2}) == 0.2
+    assert saved_usd({"requests": 3, "saved_usd": 0.2}) is None  # only cost.saved_usd counts
     assert saved_usd({"requests": 3}) is None
     # No flex block (a gateway before flex): nothing to read, and no saving claimed.
     assert flex_delta({}, {"requests": {"total": 3}}) is None

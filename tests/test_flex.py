@@ -149,7 +149,7 @@ async def test_background_work_runs_in_the_deferrable_lane() -> None:
         client = openai_client(url)
         with trio.fail_after(30):
             created = await client.responses.create(model=MODEL, input="hi", background=True)
-            while (await client.responses.retrieve(created.id)).status != "completed":
+            while (await client.responses.retrieve(created.id)).status != "completed":  # noqa: ASYNC110
                 await trio.sleep(0.02)
             await client.responses.create(model=MODEL, input="hi")
         lanes = (await _metrics(url))["lanes"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 import trio
-from support import proxy_settings, running_simulator
+from support import openai_client, proxy_settings, running_proxy, running_simulator
 
 from trio_batcher import create_app
 from trio_batcher.serving import serve_app
@@ -128,3 +128,35 @@ async def test_with_lanes_off_the_interactive_request_waits_its_turn_behind_them
     print(f"lanes: {lanes}")
     assert loaded > 8 * REPLY_S  # ten rounds of two replies were ahead of it
     assert lanes["interactive"]["admitted"] == 24 and lanes["deferrable"]["admitted"] == 0
+
+
+async def test_twenty_background_responses_queued_leave_an_interactive_call_near_unloaded() -> None:
+    """Issue 31's acceptance with real background responses: 20 ``background: true``
+    Responses created through the official SDK behind a gate of 2; an interactive Chat call
+    made while they queue is answered near its unloaded latency, and every background
+    response still completes."""
+    config = SimulatorConfig(ttft_ms=REPLY_S * 1000)
+    async with running_simulator(config) as sim:
+        settings = proxy_settings(
+            sim, max_inflight=2, max_queue=64, acquire_timeout_s=60.0, metrics_enabled=True
+        )
+        async with running_proxy(settings) as url, httpx2.AsyncClient(timeout=60) as http:
+            client = openai_client(url)
+            unloaded = statistics.median([await _timed(http, url, f"warm {i}") for i in range(3)])
+            created = [
+                await client.responses.create(model=MODEL, input=f"later {i}", background=True)
+                for i in range(20)
+            ]
+            assert all(r.status in ("queued", "in_progress") for r in created)
+            await trio.sleep(2 * REPLY_S)  # the first ones hold the gate, the rest queue
+            loaded = await _timed(http, url, "interactive")
+            with trio.fail_after(60):
+                for response in created:
+                    while (await client.responses.retrieve(response.id)).status != "completed":  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+            lanes = (await http.get(f"{url}/metrics")).json()["lanes"]
+    print(
+        f"interactive: unloaded {unloaded * 1000:.0f} ms, behind 20 background {loaded * 1000:.0f} ms"
+    )
+    assert loaded < 2 * unloaded + REPLY_S  # one reply to wait for a slot, then its own
+    assert lanes["deferrable"]["admitted"] == 20 and lanes["deferrable"]["shed"] == 0

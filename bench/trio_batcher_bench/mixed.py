@@ -177,18 +177,14 @@ def flex_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str,
 
 
 def saved_usd(delta: Mapping[str, Any] | None) -> float | None:
-    """The savings figure of a ``flex_delta``: the first number whose key names a saving in
-    dollars (``savings_usd``, ``saved_usd``...), searched depth first; ``None`` if none."""
+    """The savings of a ``flex_delta``: its ``cost.saved_usd`` (what the flex requests'
+    tokens would have cost realtime, less what they cost at the batch price); ``None``
+    when the block has no such figure."""
     if delta is None:
         return None
-    for key, value in delta.items():
-        if isinstance(value, Mapping):
-            found = saved_usd(value)
-            if found is not None:
-                return found
-        elif "sav" in key and "usd" in key and isinstance(value, int | float):
-            return float(value)
-    return None
+    cost = delta.get("cost")
+    value = cost.get("saved_usd") if isinstance(cost, Mapping) else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def lanes_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:
