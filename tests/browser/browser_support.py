@@ -149,6 +149,7 @@ def assert_metrics_shown(opened: Opened, snap: dict[str, Any]) -> None:
         assert opened.page.locator(f"svg[data-testid={chart}] path").count() > 0, chart
     assert_tenants_shown(opened, snap.get("by_tenant"))
     assert_upstreams_shown(opened, snap)
+    assert_waiting_shown(opened, snap)
 
 
 def assert_tenants_shown(opened: Opened, by_tenant: dict[str, Any] | None) -> None:
@@ -210,6 +211,92 @@ def assert_upstreams_shown(opened: Opened, snap: dict[str, Any]) -> None:
             assert_shows(opened, f"upstream-p95-{name}", u["latency"]["p95_ms"], 1)
         if u["cache_read_ratio"] is not None:
             assert_shows(opened, f"upstream-cache-read-{name}", 100 * u["cache_read_ratio"], 1)
+
+
+def waiting_to_show(snap: dict[str, Any]) -> bool:
+    """Whether the "Requests that can wait" panel has anything to show: a flex request, a
+    background response or a deferrable admission, in the whole view (never a tenant's)."""
+    if snap.get("view") == "tenant":
+        return False
+    flex, background = snap.get("flex"), snap.get("background")
+    deferrable = (snap.get("lanes") or {}).get("deferrable")
+    return bool(
+        (flex and flex["requests"] + flex["rejected_full"])
+        or (background and background["accepted"] + background["rejected"])
+        or (
+            deferrable
+            and deferrable["admitted"] + deferrable["shed"] + (deferrable["waiting"] or 0)
+        )
+    )
+
+
+def assert_waiting_shown(opened: Opened, snap: dict[str, Any]) -> None:
+    """The "Requests that can wait" panel shows ``flex``, ``background`` and ``lanes``, or,
+    with nothing to show (:func:`waiting_to_show`), is hidden."""
+    panel = opened.page.locator("#waiting-panel")
+    if not waiting_to_show(snap):
+        assert not panel.is_visible()
+        return
+    assert panel.is_visible()
+    flex = snap.get("flex")
+    if flex and flex["requests"] + flex["rejected_full"]:
+        assert not opened.page.get_by_test_id("flex-none").is_visible()
+        assert opened.number("flex-requests") == flex["requests"]
+        assert opened.number("flex-pending") == flex["pending"]
+        assert opened.number("flex-rejected") == flex["rejected_full"]
+        batches = flex["batches"]
+        assert opened.number("flex-batches") == batches["submitted"]
+        if batches["mean_size"] is not None:
+            assert_shows(opened, "flex-mean-size", batches["mean_size"], 2)
+        assert opened.number("flex-max-size") == batches["max_size"]
+        for key in ("p50", "p95"):
+            if flex["wait"][f"{key}_ms"] is not None:
+                assert_shows(opened, f"flex-wait-{key}", flex["wait"][f"{key}_ms"] / 1000, 3)
+        for policy, count in flex["timeouts"].items():
+            assert opened.number(f"flex-timeouts-{policy}") == count, policy
+        assert opened.number("flex-dropped") == flex["dropped_results"]
+        for testid, key in (
+            ("flex-cost-batch", "batch_usd"),
+            ("flex-cost-realtime", "realtime_usd"),
+            ("flex-saved", "saved_usd"),
+            ("flex-dropped-cost", "dropped_usd"),
+        ):
+            shown, cost = opened.number(testid), flex["cost"][key]
+            assert math.isclose(shown, cost, rel_tol=0.005, abs_tol=1e-9), (testid, shown, cost)
+    else:
+        assert opened.page.get_by_test_id("flex-none").is_visible()
+        assert opened.page.get_by_test_id("flex-requests").count() == 0
+    background = snap.get("background")
+    if background and background["accepted"] + background["rejected"]:
+        assert not opened.page.get_by_test_id("background-none").is_visible()
+        for key in (
+            "accepted",
+            "queued",
+            "running",
+            "completed",
+            "incomplete",
+            "failed",
+            "cancelled",
+        ):
+            assert opened.number(f"bg-{key}") == background[key], key
+        assert opened.number("bg-rejected") == background["rejected"]
+        wait = background["queue_wait_s"]
+        for key in ("p50", "p95"):
+            if wait[key] is not None:
+                assert_shows(opened, f"bg-wait-{key}", wait[key], 3)
+    else:
+        assert opened.page.get_by_test_id("background-none").is_visible()
+        assert opened.page.get_by_test_id("bg-queued").count() == 0
+    lanes = snap.get("lanes")
+    assert opened.page.get_by_test_id("lanes-none").is_visible() == (not lanes)
+    for name, lane in (lanes or {}).items():
+        assert opened.number(f"lane-admitted-{name}") == lane["admitted"], name
+        assert opened.number(f"lane-shed-{name}") == lane["shed"], name
+        if lane["waiting"] is not None:
+            assert opened.number(f"lane-waiting-{name}") == lane["waiting"], name
+        for key in ("p50", "p95"):
+            if lane["queue_wait_ms"][key] is not None:
+                assert_shows(opened, f"lane-{key}-{name}", lane["queue_wait_ms"][key], 1)
 
 
 def open_dashboard(
