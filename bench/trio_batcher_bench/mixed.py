@@ -85,7 +85,9 @@ MAX_INFLIGHT: Final = 8
 MAX_QUEUE: Final = 2000
 ACQUIRE_TIMEOUT_S: Final = 120
 INTERACTIVE_CLIENTS: Final = 4
-BACKGROUND_RATE: Final = 70.0  # a second: with the interactive clients' ~40/s, past the 80/s the gate passes
+BACKGROUND_RATE: Final = (
+    70.0  # a second: with the interactive clients' ~40/s, past the 80/s the gate passes
+)
 FLEX_RATE: Final = 5.0
 DRAIN_S: Final = 120.0
 _POLL_S: Final = 0.25
