@@ -48,6 +48,7 @@ from .edge.upload_flow import GatedBody, UploadFlow
 from .edge.visuals import visual_file
 from .edge.websocket import NoWebSockets
 from .errors import ProxyError, error_body
+from .logs import RefusalLog, route_family
 from .observatory.background import BackgroundCollector
 from .observatory.batch_status import BatchStatusCollector, BatchStatusGauge
 from .offline import BatchPoller, purge_batches_periodically
@@ -224,6 +225,8 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     # Anthropic's Files API on the same paths as OpenAI's, told apart per request.
     anthropic_files = AnthropicFiles(owned, lambda: app.runtime, lambda: tenants.directory)
+    # The 4xx the gateway answers, logged once a minute per route and reason (logs.refusals).
+    refusals = RefusalLog()
     endpoint = ApiEndpoint(
         anthropic_files.wrap(UploadFlow(app.asgi_app, FILES_PATH)),
         lambda: app.runtime.pipeline if app.runtime is not None else None,
@@ -239,6 +242,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         body_timeout=settings.request_timeout_s,
         body_window=settings.body_read_timeout_s,
         quart_bodies=frozenset({FILES_PATH, BATCHES_PATH, MESSAGE_BATCHES_PATH}),
+        refusals=refusals,
     )
     hosts = HostPolicy(
         endpoint,
@@ -337,9 +341,21 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
 
     # -- errors ---------------------------------------------------------------------------
 
+    def _tenant_name() -> str | None:
+        tenant = tenants.directory.lookup(_client_key())
+        return tenant.name if tenant is not None else None
+
+    def _refused(exc: ProxyError) -> Response:
+        """``exc`` answered, and logged if it is a 4xx of the gateway's own; the route is
+        the pattern that matched (``/v1/files/<file_id>``), never a path with its ids."""
+        rule = request.url_rule
+        route = route_family(request.path, rule.rule if rule is not None else None)
+        refusals.answered(exc, method=request.method, route=route, tenant=_tenant_name)
+        return _error_response(exc)
+
     @app.errorhandler(ProxyError)
     async def _proxy_error(exc: ProxyError) -> Response:
-        return _error_response(exc)
+        return _refused(exc)
 
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException) -> Response:
@@ -351,7 +367,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
                 # A route of Anthropic's API that keeps unscoped state or administers the
                 # gateway's organisation: refused, never relayed (edge.api_routes).
                 app.record_rejected("unsupported_by_gateway")
-                return _error_response(
+                return _refused(
                     ProxyError(
                         400,
                         f"{rule.feature} ({request.method} {request.path}) is not relayed "
@@ -389,7 +405,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         else:
             message = exc.description or exc.name
         err = ProxyError(status, message, code=_slug(exc.name), headers=headers)
-        return _error_response(err)
+        return _refused(err)
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:

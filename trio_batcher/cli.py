@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import ipaddress
-import logging
 import os
 import shutil
 import signal
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 import trio
 
 from .app import create_app
+from .logs import configure_logging
 from .runtime import check_files
 from .serving import (
     Supervisor,
@@ -264,13 +264,23 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         _fail(f"{where}: {exc.problem}")
 
 
-def _configure_logging(level: str, *, with_pid: bool = False) -> None:
-    pid = "[%(process)d]" if with_pid else ""  # several workers share one log
-    logging.basicConfig(
-        level=level.upper(), format=f"%(asctime)s %(levelname)s %(name)s{pid}: %(message)s"
-    )
-    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def _configure_logging(
+    level: str, args: argparse.Namespace | None = None, *, with_pid: bool = False
+) -> None:
+    configure_logging(level, _log_format(args), with_pid=with_pid)
+
+
+def _log_format(args: argparse.Namespace | None) -> str:
+    """``LOG_FORMAT`` (or ``--log-format``), read before the other settings: logging is
+    configured first. A bad value logs as text here and stops ``serve`` with the settings'
+    own message."""
+    flag = getattr(args, "setting_LOG_FORMAT", None) if args is not None else None
+    raw = flag or os.environ.get("LOG_FORMAT") or "text"
+    spec = next(s for s in SPECS if s.env == "LOG_FORMAT")
+    try:
+        return str(spec.parse(raw))
+    except ValueError:
+        return "text"
 
 
 async def _stop_on_signals(stop: trio.Event, *, task_status: trio.TaskStatus[None]) -> None:
@@ -599,7 +609,7 @@ def _run(argv: Sequence[str]) -> None:
         # process: ignored here instead, and the watcher's receiver restores this on exit.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     serving_workers = args.command == "serve" and (args.workers != 1 or args.worker_fd is not None)
-    _configure_logging(args.log_level, with_pid=serving_workers)
+    _configure_logging(args.log_level, args, with_pid=serving_workers)
     if args.command == "serve" and args.worker_fd is not None:
         # The supervisor has checked the command line; the settings come from its env.
         trio.run(_serve, args, _settings_from(args))

@@ -31,6 +31,7 @@ from typing import Final, Protocol, final
 import trio
 
 from ..errors import ProxyError, forget_traceback
+from ..logs import RefusalLog, route_family
 from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from ..tenants import Tenant, TenantDirectory
@@ -128,6 +129,8 @@ class ApiEndpoint:
         bring ``body.MIN_BYTES_PER_WINDOW`` or its end (``body.PacedReceive``), on every
         route, Quart's included; a client that trickles gets 408 and the connection is
         closed long before ``REQUEST_TIMEOUT_S``.
+      refusals: where the 4xx answered here are logged (``logs.refusals``), shared with
+        the Quart routes' error handlers.
     """
 
     def __init__(
@@ -141,8 +144,10 @@ class ApiEndpoint:
         body_timeout: float = math.inf,
         body_window: float = math.inf,
         quart_bodies: frozenset[str] = frozenset(),
+        refusals: RefusalLog | None = None,
     ) -> None:
         self._inner = inner
+        self._refusals = refusals or RefusalLog()
         self._body_window = body_window
         # POST routes served by Quart that read their own body (the batch file upload
         # streams it to disk); every other Quart route gets its body drained here.
@@ -170,7 +175,7 @@ class ApiEndpoint:
             door = self._doors.get(path)
         framing = framing_error(scope["headers"])
         if framing is not None:
-            await _send_error(send, framing, door, scope)
+            await _send_error(send, framing, door, scope, self._refusals)
             return
         if has_body(scope):
             receive = PacedReceive(receive, self._body_window)
@@ -185,7 +190,7 @@ class ApiEndpoint:
             # Before the body, which may be a whole conversation: left unread, the
             # connection closes with the answer.
             close = {"Connection": "close"} if has_body(scope) else {}
-            await _send_error(send, UNSERVED[scope["path"]](close), None, scope)
+            await _send_error(send, UNSERVED[scope["path"]](close), None, scope, self._refusals)
             return
         if door is None or scope["method"] != "POST":
             await without_a_body(self._inner, scope, receive, send)
@@ -230,7 +235,7 @@ class ApiEndpoint:
                 )
                 if isinstance(exc, ProxyError):
                     exc.headers["Server-Timing"] = timing.server_timing_header()
-            await _send_error(send, exc, door, scope)
+            await _send_error(send, exc, door, scope, self._refusals, tenant)
             return
         # Handed over in a list that _answer empties, the body held by nothing else: a
         # stream can stay open for minutes, and its body (for an agent, often the whole
@@ -242,7 +247,7 @@ class ApiEndpoint:
         del payload, raw
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)
-            await _answer(door, pipeline, handover, send)
+            await _answer(door, pipeline, handover, send, self._refusals)
             nursery.cancel_scope.cancel()
 
     def _authenticate(self, scope: Scope) -> Tenant:
@@ -294,7 +299,9 @@ class _QuartBody:
         await self._send(message)
 
 
-async def _answer(door: Door, pipeline: Pipeline, handover: list[Incoming], send: Send) -> None:
+async def _answer(
+    door: Door, pipeline: Pipeline, handover: list[Incoming], send: Send, refusals: RefusalLog
+) -> None:
     """Run the door on the request ``handover`` holds (taken out of it) and send its
     answer; raises only ``trio.Cancelled``. Once a stream has started, nothing here holds
     the request any more."""
@@ -303,7 +310,7 @@ async def _answer(door: Door, pipeline: Pipeline, handover: list[Incoming], send
         reply = await door.handle(pipeline, incoming)
     except Exception as exc:
         try:
-            await _send_error(send, exc, door, incoming.scope)
+            await _send_error(send, exc, door, incoming.scope, refusals, incoming.tenant)
         finally:
             forget_traceback(exc)
         return
@@ -315,12 +322,29 @@ async def _answer(door: Door, pipeline: Pipeline, handover: list[Incoming], send
     await send_stream(send, reply, where)
 
 
-async def _send_error(send: Send, exc: Exception, door: Door | None, scope: Scope) -> None:
-    """A ``ProxyError`` in the door's dialect (OpenAI's off any door); else a logged 500."""
+async def _send_error(
+    send: Send,
+    exc: Exception,
+    door: Door | None,
+    scope: Scope,
+    refusals: RefusalLog,
+    tenant: Tenant | None = None,
+) -> None:
+    """A ``ProxyError`` in the door's dialect (OpenAI's off any door), a 4xx of the
+    gateway's own logged (``logs.refusals``); else a logged 500."""
     if not isinstance(exc, ProxyError):
         # ascii(): the path is the client's, and must not write lines of its own into the log
         log.error("unhandled error on POST %s", ascii(scope["path"]), exc_info=exc)
         exc = ProxyError(500, "Internal proxy error.", type="server_error")
+    path = scope["path"]
+    refusals.answered(
+        exc,
+        # A door's path or an unserved one is a fixed route; any other may hold ids.
+        method=scope["method"],
+        route=path if door is not None or path in UNSERVED else route_family(path),
+        door=door.surface if door is not None else None,
+        tenant=tenant.name if tenant is not None else None,
+    )
     if door is None:
         await send_json(send, exc.body(), exc.status, exc.headers)
         return

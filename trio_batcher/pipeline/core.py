@@ -54,6 +54,7 @@ import trio
 from ..admission.dispatch import Dispatcher, Ticket
 from ..admission.gate import AdmissionGate, Shed, Slot
 from ..errors import ProxyError
+from ..logs import decision_notes
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
 from ..tenants import Tenant
@@ -139,6 +140,9 @@ class Pipeline:
         raises ``ProxyError`` (already ``codec.error``-ed) for anything but success."""
         deadline = arrived + self.settings.request_timeout_s
         grant: TenantGrant | None = None
+        notes = decision_notes()  # None unless DEBUG: the request's line (logs.decisions)
+        if notes is not None:
+            request = replace(request, notes=notes)
         if tenant is not None:
             request = replace(request, tenant=tenant.name)
             if self._guard is not None:
@@ -236,6 +240,8 @@ class Pipeline:
             ) from None
         if self.metrics is not None:
             self.metrics.record_lane_admitted(lane)
+        if request.notes is not None:
+            request.notes.gate_wait = trio.current_time() - arrived
         return slot
 
     # -- non-streaming ------------------------------------------------------------------------

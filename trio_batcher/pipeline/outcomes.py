@@ -62,6 +62,8 @@ class Outcomes:
         upstream: str | None = None,
     ) -> None:
         """``upstream``: the one that answered, counted under it and priced at its prices."""
+        if request.notes is not None:
+            _done(request, 200, timing, upstream)
         if self.metrics is not None:
             self._lane_wait(self.metrics, request, timing)
             self.metrics.record_success(
@@ -84,6 +86,8 @@ class Outcomes:
         upstream: str | None = None,
     ) -> None:
         """``upstream``: the last one tried; None when the request was never routed."""
+        if request.notes is not None:
+            _done(request, status, timing, upstream)
         if self.metrics is not None:
             self._lane_wait(self.metrics, request, timing)
             self.metrics.record_error(
@@ -102,3 +106,20 @@ class Outcomes:
     ) -> None:
         if self._lanes is not None:
             metrics.record_lane_wait(self._lanes.lane(request.deferrable), timing.queue)
+
+
+def _done(request: UpstreamRequest, status: int, timing: Timing, upstream: str | None) -> None:
+    """The request's DEBUG line (``logs.decisions``): it has notes only while DEBUG is on."""
+    assert request.notes is not None
+    request.notes.done(
+        door=request.surface,
+        tenant=request.tenant,
+        model=request.model,
+        stream=request.stream,
+        status=status,
+        upstream=upstream,
+        arrived_to_now=timing.total,
+        queue=timing.queue,
+        upstream_time=timing.upstream,
+        ttft=timing.ttft,
+    )

@@ -101,6 +101,7 @@ class Settings:
     cors_allow_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = 32 * MIB
+    log_format: str = "text"
 
     def __repr__(self) -> str:
         # Secrets never reach a log line, even through repr().

@@ -462,4 +462,12 @@ SPECS: Final[tuple[SettingSpec, ...]] = (
         32 * MIB,
         "Largest request body accepted (413 above it); 32 MiB matches the upstream's limit.",
     ),
+    SettingSpec(
+        "LOG_FORMAT",
+        "log_format",
+        parsers.one_of("text", "json"),
+        "text",
+        "Log lines as 'text' or 'json' (one object a line, with the trace id when tracing "
+        "is on), for every logger of the process, hypercorn's included.",
+    ),
 )

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 from ..errors import ProxyError
+from ..logs import DecisionNotes
 
 __all__ = ["ReplyHook", "UpstreamRequest", "encode_body", "outline"]
 
@@ -87,6 +88,8 @@ class UpstreamRequest:
         back to realtime): it queues in the deferrable priority lane at the admission gate
         and the upstream cap (``admission.lanes``), behind interactive requests but for its
         lane's share. Set by the gateway, never by a client's say-so.
+      notes: what the stages decided for the request, for its DEBUG line
+        (``logs.decisions``); None (and nothing noted) unless DEBUG is on.
     """
 
     body: Mapping[str, Any]
@@ -102,3 +105,4 @@ class UpstreamRequest:
     on_reply: ReplyHook | None = None
     service_tier: str | None = None
     deferrable: bool = False
+    notes: DecisionNotes | None = field(default=None, compare=False, repr=False)

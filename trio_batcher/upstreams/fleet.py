@@ -50,6 +50,7 @@ from typing import Any, Generic, Protocol, TypeVar, final
 import trio
 
 from ..errors import ProxyError
+from ..logs import DecisionNotes, log_failover
 from ..upstream.caller import MessagesCaller
 from ..upstream.request import UpstreamRequest
 from ..upstream.resilience import Failure, Resilience, classify
@@ -247,11 +248,17 @@ class Fleet:
             if model_id is None:
                 raise _not_served(request.model, self.stewards, only)
             mapped = steward.request_for(request, model_id)
+            notes = request.notes
             del request
+            waiting = trio.current_time()
             async with steward.slot(model_id):
+                call: Callable[[], Awaitable[T]] = partial(op, steward.caller, mapped)
+                if notes is not None:  # DEBUG: each of resilience's attempts noted
+                    notes.slot_wait += trio.current_time() - waiting
+                    call = _noted(call, notes, steward, model_id)
                 try:
                     value = await steward.resilience.call(
-                        partial(op, steward.caller, mapped),
+                        call,
                         deadline=deadline,
                         headers_of=headers_of,
                         model=model_id,
@@ -302,14 +309,28 @@ class Fleet:
                     raise exc
                 if steward.name != failed_at:  # not a retry of the same one after backoff
                     self.events.record_failover(failed_at, steward.name, failure.signal)
+                log_failover(
+                    door=request.surface,
+                    tenant=request.tenant,
+                    model=model,
+                    from_upstream=failed_at,
+                    to_upstream=steward.name,
+                    cause=_cause(exc),
+                )
             elif retries == 0:
                 self._first_choice(attempt, states, affine)
             mapped = steward.request_for(request, attempt.model_id)
+            notes = request.notes
+            waiting = trio.current_time()
             async with steward.slot(attempt.model_id):
+                call: Callable[[], Awaitable[T]] = partial(op, steward.caller, mapped)
+                if notes is not None:  # DEBUG: the attempt noted
+                    notes.slot_wait += trio.current_time() - waiting
+                    call = _noted(call, notes, steward, attempt.model_id)
                 try:
                     with steward.attempting():
                         value = await steward.resilience.attempt(
-                            partial(op, steward.caller, mapped),
+                            call,
                             deadline=deadline,
                             headers_of=headers_of,
                             model=attempt.model_id,
@@ -405,6 +426,32 @@ class Fleet:
         if lower:
             preferred = min(lower, key=lambda s: (s.priority, s.index))
             self.events.record_spill(preferred.name, attempt.upstream, _why_not(preferred))
+
+
+def _noted(
+    call: Callable[[], Awaitable[T]], notes: DecisionNotes, steward: Steward, model_id: str
+) -> Callable[[], Awaitable[T]]:
+    """``call``, noting each time it is made how it ended (``DecisionNotes.attempt``)."""
+
+    async def noted() -> T:
+        try:
+            value = await call()
+        except ProxyError as exc:
+            notes.attempt(steward.name, steward.spec.kind, model_id, _cause(exc))
+            raise
+        notes.attempt(steward.name, steward.spec.kind, model_id, "ok")
+        return value
+
+    return noted
+
+
+def _cause(exc: ProxyError) -> str:
+    """A failed attempt's cause for the logs: the upstream's status and the failure's
+    class (``529-overloaded``), or the gateway's own code for a call that never got an
+    answer (``timeout``, ``connect_error``)."""
+    signal = classify(exc).signal
+    status = exc.upstream_status
+    return signal if status is None else f"{status}-{signal}"
 
 
 def _why_not(state: UpstreamState) -> str:
