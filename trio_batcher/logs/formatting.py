@@ -41,7 +41,7 @@ _trace_ids: Callable[[], TraceIds | None] = _NO_TRACE
 
 # A value written bare in a ``key=value`` line; anything else is JSON-quoted, so a model
 # name or path a client chose cannot break a line or forge one.
-_BARE: Final = re.compile(r"[\w.:/@+\-,>]{1,200}")
+_BARE: Final = re.compile(r"[\w.:/@+\-,<>]{1,200}")
 _NOISY: Final = ("httpx", "httpx2", "httpcore", "httpcore2")
 
 
