@@ -266,7 +266,7 @@ class Fleet:
                 except ProxyError as exc:
                     exc.upstream = steward.name  # the observatory counts it there
                     raise
-                del mapped
+                del mapped, call
                 yield Served(value, steward.name)
             return
         async with self._attempts(request, op, deadline, headers_of) as served:
@@ -345,7 +345,7 @@ class Fleet:
                         raise
                     last = (exc, failure, steward.name)
                 else:
-                    del mapped, request
+                    del mapped, request, call
                     steward.succeeded()
                     self.events.record_attempt(steward.name, "ok")
                     self.router.served(conversation, steward.name)
