@@ -101,9 +101,20 @@ async def test_a_request_at_debug_says_its_door_tenant_upstream_attempts_and_sta
             assert reply.status_code == 200, reply.text
             streamed = await http.post(f"{url}/v1/chat/completions", json=_chat(stream=True))
             assert streamed.status_code == 200
+            counted = await http.post(
+                f"{url}/v1/messages/count_tokens",
+                json=_chat(),
+                headers={"anthropic-version": "2023-06-01"},
+            )
+            assert counted.status_code == 200, counted.text
     done = _lines(out, "request done")
-    assert len(done) == 2, out.getvalue()
-    first, second = (_fields(line) for line in done)
+    assert len(done) == 3, out.getvalue()
+    first, second, third = (_fields(line) for line in done)
+    assert (third["door"], third["upstream"], third["status"]) == (
+        "anthropic.count_tokens",
+        "default",
+        "200",
+    )
     assert " DEBUG trio_batcher.requests: request done door=openai.chat " in done[0]
     assert first["tenant"] == "acme" and first["model"] == MODEL
     assert first["upstream"] == "default" and first["kind"] == "anthropic"

@@ -409,6 +409,10 @@ class Pipeline:
         deadline = arrived + self.settings.request_timeout_s
         status = CLIENT_CLOSED
         started: float | None = None
+        upstream: str | None = None
+        notes = decision_notes()  # None unless DEBUG: the request's line (logs.decisions)
+        if notes is not None:
+            request = replace(request, notes=notes)
         try:
             early = self._fleet.shed_error(deadline, request.model, request.pinned)
             if early is not None:
@@ -421,18 +425,21 @@ class Pipeline:
                 )
             if served is None:
                 raise deadline_error(self.settings)
-            reply = served.value
+            reply, upstream = served.value, served.upstream
             status = 200
             return reply, request_timing(
                 arrived, started, reply.started_at, reply.first_byte_at, reply.finished_at
             )
         except ProxyError as exc:
-            status = exc.status
+            status, upstream = exc.status, exc.upstream
             exc.headers["Server-Timing"] = request_timing(arrived, started).server_timing_header()
             raise
         finally:
+            timing = request_timing(arrived, started)
             if self.metrics is not None:
-                self.metrics.record_call(request.surface, status, request_timing(arrived, started))
+                self.metrics.record_call(request.surface, status, timing)
+            if notes is not None:
+                self._outcomes.logged(request, status, timing, upstream)
 
 
 def _reply_headers_of(reply: UpstreamReply) -> Mapping[str, str]:

@@ -101,6 +101,14 @@ class Outcomes:
                 upstream=upstream,
             )
 
+    def logged(
+        self, request: UpstreamRequest, status: int, timing: Timing, upstream: str | None
+    ) -> None:
+        """Only the request's DEBUG line, for a call counted elsewhere (``count_tokens``,
+        counted under its surface alone)."""
+        if request.notes is not None:
+            _done(request, status, timing, upstream)
+
     def _lane_wait(
         self, metrics: MetricsRegistry, request: UpstreamRequest, timing: Timing
     ) -> None:
