@@ -557,6 +557,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         if (counted := await batch_status.refresh()) is not None:
             snapshot["batches"] = counted
         snapshot["background"] = background.stats.snapshot()
+        snapshot["tracing"] = rt.tracing.statistics()
         return json_response(snapshot, headers=no_store)
 
     @app.get("/metrics/prometheus")

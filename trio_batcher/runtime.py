@@ -13,6 +13,7 @@ The files the settings name are read here too, not by ``Settings`` (which stays 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, final
@@ -50,6 +51,7 @@ from .tenants import (
     read_tenants_file,
 )
 from .tenants.ledger import SpendLedger
+from .tracing import TracingConfigError, check_tracing, start_tracing
 from .upstream.batches import MessageBatchesClient
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
@@ -69,8 +71,13 @@ def check_files(settings: Settings) -> None:
     Raises:
       SettingsError: naming ``PRICING_FILE``, ``TENANTS_FILE`` or ``UPSTREAMS_FILE`` with
         the file's problem (for an upstreams file, also an anthropic upstream whose key
-        variable is unset, and a kind whose pip extra is missing).
+        variable is unset, and a kind whose pip extra is missing), or the ``OTEL_*``
+        variable that asks for traces the gateway cannot send (the ``otel`` extra missing).
     """
+    try:
+        check_tracing(os.environ)
+    except TracingConfigError as exc:
+        raise SettingsError(exc.variable, exc.problem) from None
     pricing = None
     if settings.pricing_file is not None:
         try:
@@ -115,6 +122,9 @@ class Runtime:
 
     def __init__(self, settings: Settings, tenants: TenantsWatcher | None = None) -> None:
         self.settings = settings
+        # Traces (``OTEL_*``): the no-op tracer, importing nothing, unless an OTLP endpoint
+        # is set; with one, the SDK's export thread starts here, in the serving process.
+        self.tracing = start_tracing()
         self.tenants = tenants or TenantsWatcher(None, proxy_api_keys=settings.proxy_api_keys)
         self.pricing = pricing = load_pricing(settings.pricing_file)
         self.http = new_upstream_pool(settings)
@@ -209,6 +219,7 @@ class Runtime:
             metrics=self.metrics,
             guard=self.guard,
             flex=self._flex_path(),
+            tracing=self.tracing,
         )
         self.prometheus = (
             PrometheusExporter(
@@ -293,7 +304,8 @@ class Runtime:
         return self.flex.pending if self.flex is not None else 0
 
     async def aclose(self) -> None:
-        """Close every upstream's connections (the lifespan's end)."""
+        """Close every upstream's connections and flush the spans (the lifespan's end)."""
+        await self.tracing.aclose()
         await self.http.aclose()
         if self.settings.upstreams_file is not None:
             for steward in self.fleet.stewards:

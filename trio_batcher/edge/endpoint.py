@@ -34,6 +34,7 @@ from ..errors import ProxyError, forget_traceback
 from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from ..tenants import Tenant, TenantDirectory
+from ..tracing import NOOP_TRACE, RequestTrace
 from .auth import client_key, proxy_key_error
 from .body import LARGE_BODY_BYTES, PacedReceive, parse_json_body, read_body
 from .http import (
@@ -190,13 +191,34 @@ class ApiEndpoint:
         if door is None or scope["method"] != "POST":
             await without_a_body(self._inner, scope, receive, send)
             return
-        arrived = trio.current_time()
         pipeline = self._pipeline()
+        if pipeline is None or not pipeline.tracing.enabled:
+            await self._serve(door, pipeline, NOOP_TRACE, scope, receive, send)
+            return
+        # The SERVER span lasts until the answer is sent: a stream's last byte included.
+        trace = pipeline.tracing.request(scope, door.surface)
+        try:
+            await self._serve(door, pipeline, trace, scope, receive, trace.watch(send))
+        finally:
+            trace.end()
+
+    async def _serve(
+        self,
+        door: Door,
+        pipeline: Pipeline | None,
+        trace: RequestTrace,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """A door's request, from its key and body to its answer."""
+        arrived = trio.current_time()
         tenant: Tenant | None = None  # known once the key is: its refusals count under it
         try:
             if pipeline is None:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
             tenant = self._authenticate(scope)
+            trace.tenant(tenant.name)
             raw = None
             with trio.move_on_at(arrived + self._body_timeout) as reading:
                 raw = await read_body(scope, receive, self._max_body_bytes)
@@ -238,7 +260,7 @@ class ApiEndpoint:
         large = len(raw) >= LARGE_BODY_BYTES
         if not door.relays_body:
             raw = b""
-        handover = [Incoming(payload, raw, scope, arrived, large, tenant)]
+        handover = [Incoming(payload, raw, scope, arrived, large, tenant, trace)]
         del payload, raw
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)

@@ -57,6 +57,7 @@ from ..errors import ProxyError
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
 from ..tenants import Tenant
+from ..tracing import NOOP_TRACE, NOOP_TRACING, RequestTrace, Tracing
 from ..upstream.caller import MessagesCaller
 from ..upstream.client import UpstreamReply
 from ..upstream.request import UpstreamRequest
@@ -91,8 +92,10 @@ class Pipeline:
         metrics: MetricsRegistry | None,
         guard: TenantGuard | None = None,
         flex: FlexPath | None = None,
+        tracing: Tracing = NOOP_TRACING,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing  # the edge starts each request's trace with it
         self._flex = flex
         self.metrics = metrics
         self._outcomes = Outcomes(metrics, gate.lanes)
@@ -134,10 +137,15 @@ class Pipeline:
         codec: ReplyCodec,
         arrived: float,
         tenant: Tenant | None = None,
+        trace: RequestTrace = NOOP_TRACE,
     ) -> JSONReply | StreamReply:
         """Answer one request for ``tenant`` (None: no tenant checks or fair share);
-        raises ``ProxyError`` (already ``codec.error``-ed) for anything but success."""
+        raises ``ProxyError`` (already ``codec.error``-ed) for anything but success.
+        ``trace``: the request's trace (``tracing``), which its waits and upstream
+        attempts are recorded under."""
         deadline = arrived + self.settings.request_timeout_s
+        if trace.recording:
+            request = replace(request, trace=trace)
         grant: TenantGrant | None = None
         if tenant is not None:
             request = replace(request, tenant=tenant.name)
@@ -195,6 +203,7 @@ class Pipeline:
         grant: TenantGrant | None,
     ) -> Slot:
         lane = self._gate.lanes.lane(request.deferrable)
+        waiting = request.trace.waiting("gate wait", lane=lane)
         try:
             slot = await self._gate.acquire(
                 deadline,
@@ -234,6 +243,8 @@ class Pipeline:
                 code=shed.reason,
                 headers=headers,
             ) from None
+        finally:
+            waiting.done()
         if self.metrics is not None:
             self.metrics.record_lane_admitted(lane)
         return slot
@@ -249,10 +260,12 @@ class Pipeline:
         grant: TenantGrant | None,
     ) -> JSONReply:
         dispatched: float | None = None
+        waiting = request.trace.waiting("dispatch wait")
 
         async def job() -> Served[UpstreamReply]:
             nonlocal dispatched
             dispatched = trio.current_time()
+            waiting.done()
             return await self._fleet.call(
                 request, _create_message, deadline=deadline, headers_of=_reply_headers_of
             )
@@ -275,6 +288,7 @@ class Pipeline:
             status = 500
             raise
         finally:
+            waiting.done()
             if status != 200:
                 if grant is not None:  # no usage: the request counts, its tokens do not
                     grant.refund() if dispatched is None else grant.settle(request.model, None)
@@ -312,6 +326,7 @@ class Pipeline:
         grant: TenantGrant | None,
     ) -> StreamReply:
         send, recv = trio.open_memory_channel[StreamEvent](_STREAM_BUFFER)
+        waiting = request.trace.waiting("dispatch wait")
         try:
             ticket: Ticket[None] = self._dispatcher.submit_nowait(
                 partial(
@@ -321,12 +336,14 @@ class Pipeline:
                     request,
                     deadline,
                     send,
+                    waiting,
                 ),
                 scope=request.model,
                 deferrable=request.deferrable,
             )
         except BaseException:
             # Refused (the dispatcher is shutting down): the slot is still ours to give back.
+            waiting.done()
             slot.release()
             if grant is not None:
                 grant.refund()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 from ..errors import ProxyError
+from ..tracing import NOOP_TRACE, RequestTrace
 
 __all__ = ["ReplyHook", "UpstreamRequest", "encode_body", "outline"]
 
@@ -87,6 +88,9 @@ class UpstreamRequest:
         back to realtime): it queues in the deferrable priority lane at the admission gate
         and the upstream cap (``admission.lanes``), behind interactive requests but for its
         lane's share. Set by the gateway, never by a client's say-so.
+      trace: the request's trace (``tracing``), which the fleet records each upstream
+        attempt under; the no-op one unless traces are on. It travels with the request
+        because the attempt runs in a dispatcher or window task, not the request's own.
     """
 
     body: Mapping[str, Any]
@@ -102,3 +106,4 @@ class UpstreamRequest:
     on_reply: ReplyHook | None = None
     service_tier: str | None = None
     deferrable: bool = False
+    trace: RequestTrace = NOOP_TRACE

@@ -37,6 +37,7 @@ existed -- retries with backoff on the same upstream, cooldowns waited out.
 
 Everything that happens is told to ``events`` (the observatory): each attempt's outcome per
 upstream, failovers and spills by cause, whether a continuing conversation kept its upstream.
+A traced request's attempts are each a span besides (``traced.TracedAttempts``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from .affinity import AffinityTable
 from .config import DEFAULT_NAME, AnthropicAccess, UpstreamSpec
 from .routing import Attempt, Route, Router, UpstreamState
 from .steward import Steward
+from .traced import TracedAttempts
 
 __all__ = ["PINNED_UPSTREAM_GONE", "Fleet", "RoutingEvents", "Served"]
 
@@ -248,10 +250,11 @@ class Fleet:
                 raise _not_served(request.model, self.stewards, only)
             mapped = steward.request_for(request, model_id)
             del request
+            attempt = _attempt_of(op, steward, mapped)
             async with steward.slot(model_id):
                 try:
                     value = await steward.resilience.call(
-                        partial(op, steward.caller, mapped),
+                        attempt,
                         deadline=deadline,
                         headers_of=headers_of,
                         model=model_id,
@@ -259,7 +262,7 @@ class Fleet:
                 except ProxyError as exc:
                     exc.upstream = steward.name  # the observatory counts it there
                     raise
-                del mapped
+                del mapped, attempt
                 yield Served(value, steward.name)
             return
         async with self._attempts(request, op, deadline, headers_of) as served:
@@ -282,6 +285,7 @@ class Fleet:
         retries = 0
         last: tuple[ProxyError, Failure, str] | None = None
         stewards = [s for s in self.stewards if request.pinned in (None, s.name)]
+        traced = TracedAttempts(op, request.trace) if request.trace.recording else None
         while True:
             states = [s.state(model, anthropic_only=only is not None) for s in stewards]
             affine = None if conversation is None else self.router.affinity.get(conversation)
@@ -309,7 +313,9 @@ class Fleet:
                 try:
                     with steward.attempting():
                         value = await steward.resilience.attempt(
-                            partial(op, steward.caller, mapped),
+                            partial(op, steward.caller, mapped)
+                            if traced is None
+                            else traced.bind(steward, mapped),
                             deadline=deadline,
                             headers_of=headers_of,
                             model=attempt.model_id,
@@ -405,6 +411,16 @@ class Fleet:
         if lower:
             preferred = min(lower, key=lambda s: (s.priority, s.index))
             self.events.record_spill(preferred.name, attempt.upstream, _why_not(preferred))
+
+
+def _attempt_of(
+    op: Op[T], steward: Steward, request: UpstreamRequest
+) -> Callable[[], Awaitable[T]]:
+    """One attempt of ``op`` on ``steward``: each call of it a span when ``request`` is
+    traced (``traced``), else the bare call."""
+    if request.trace.recording:
+        return TracedAttempts(op, request.trace).bind(steward, request)
+    return partial(op, steward.caller, request)
 
 
 def _why_not(state: UpstreamState) -> str:
