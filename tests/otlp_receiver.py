@@ -8,6 +8,9 @@ posts to it with a blocking client, and the gateway under test runs on trio in t
 Run it by hand for the docs/observability.md walk-through; it prints one line per span::
 
     python tests/otlp_receiver.py --port 4318
+
+(``--discard``: answer every export without decoding it, the sink of the tracing overhead
+measurement in docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import argparse
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -80,6 +83,7 @@ class Receiver:
     spans: list[ReceivedSpan] = field(default_factory=list)
     status: int = 200  # what to answer (a test of export failures sets 503)
     delay: float = 0.0  # seconds to take over each export (a slow collector)
+    discard: bool = False  # answer without decoding or keeping anything (the bench's sink)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self, body: bytes) -> list[ReceivedSpan]:
@@ -107,7 +111,7 @@ class Receiver:
 
 def _handler(receiver: Receiver, echo: bool) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if receiver.delay:
                 time.sleep(receiver.delay)
@@ -120,7 +124,7 @@ def _handler(receiver: Receiver, echo: bool) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            spans = receiver.take(body)
+            spans = [] if receiver.discard else receiver.take(body)
             if echo:
                 for span in spans:
                     print(_line(span), flush=True)
@@ -131,7 +135,7 @@ def _handler(receiver: Receiver, echo: bool) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(reply)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     return Handler
@@ -147,9 +151,11 @@ def _line(span: ReceivedSpan) -> str:
 
 
 @contextmanager
-def running_receiver(port: int = 0, *, echo: bool = False) -> Iterator[Receiver]:
+def running_receiver(
+    port: int = 0, *, echo: bool = False, discard: bool = False
+) -> Iterator[Receiver]:
     """A receiver on ``127.0.0.1:port`` (0: any free port) for the block."""
-    receiver = Receiver()
+    receiver = Receiver(discard=discard)
     server = ThreadingHTTPServer(("127.0.0.1", port), _handler(receiver, echo))
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -165,13 +171,12 @@ def running_receiver(port: int = 0, *, echo: bool = False) -> Iterator[Receiver]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=4318)
-    port = parser.parse_args().port
-    with running_receiver(port, echo=True) as receiver:
+    parser.add_argument("--discard", action="store_true", help="answer, print nothing")
+    args = parser.parse_args()
+    with running_receiver(args.port, echo=not args.discard, discard=args.discard) as receiver:
         print(f"OTLP/HTTP traces receiver on {receiver.url}/v1/traces", flush=True)
-        try:
+        with suppress(KeyboardInterrupt):
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
 
 
 if __name__ == "__main__":

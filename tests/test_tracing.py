@@ -158,12 +158,11 @@ async def test_a_429_call_records_each_attempt_with_its_cause(receiver: Receiver
     config = SimulatorConfig(rate_429=1.0, retry_after_s=0.05)
     async with running_simulator(config) as sim:
         settings = proxy_settings(sim, upstream_max_retries=1)
-        async with running_proxy(settings) as url:
-            async with httpx2.AsyncClient() as http:
-                response = await http.post(
-                    f"{url}/v1/chat/completions",
-                    json={"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]},
-                )
+        async with running_proxy(settings) as url, httpx2.AsyncClient() as http:
+            response = await http.post(
+                f"{url}/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]},
+            )
     assert response.status_code == 429
     [server] = _server(receiver, "/v1/chat/completions")
     assert server.attributes["http.response.status_code"] == 429
@@ -202,18 +201,20 @@ async def test_metrics_count_spans_and_export_failures(
 ) -> None:
     receiver.status = 503
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    async with running_simulator() as sim:
-        async with running_proxy(proxy_settings(sim, metrics_enabled=True)) as url:
-            chat = openai_client(url)
-            await chat.chat.completions.create(
-                model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi"}]
-            )
-            async with httpx2.AsyncClient() as http:
-                for _ in range(400):  # the export thread's first post, failed
-                    tracing = (await http.get(f"{url}/metrics")).json()["tracing"]
-                    if tracing["export_failures"]:
-                        break
-                    await trio_sleep(0.02)
+    async with (
+        running_simulator() as sim,
+        running_proxy(proxy_settings(sim, metrics_enabled=True)) as url,
+    ):
+        chat = openai_client(url)
+        await chat.chat.completions.create(
+            model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+        )
+        async with httpx2.AsyncClient() as http:
+            for _ in range(400):  # the export thread's first post, failed
+                tracing = (await http.get(f"{url}/metrics")).json()["tracing"]
+                if tracing["export_failures"]:
+                    break
+                await trio.sleep(0.02)
     assert tracing["enabled"] is True
     assert tracing["spans_started"] >= 4
     assert tracing["export_failures"] >= 1
@@ -229,36 +230,33 @@ async def test_a_full_queue_drops_spans_and_counts_them(
     receiver.delay = 0.5
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
-    async with running_simulator() as sim:
-        async with running_proxy(proxy_settings(sim, metrics_enabled=True)) as url:
-            chat = openai_client(url)
-            for _ in range(3):
-                await chat.chat.completions.create(
-                    model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi"}]
-                )
-            async with httpx2.AsyncClient() as http:
-                tracing = (await http.get(f"{url}/metrics")).json()["tracing"]
+    async with (
+        running_simulator() as sim,
+        running_proxy(proxy_settings(sim, metrics_enabled=True)) as url,
+    ):
+        chat = openai_client(url)
+        for _ in range(3):
+            await chat.chat.completions.create(
+                model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+            )
+        async with httpx2.AsyncClient() as http:
+            tracing = (await http.get(f"{url}/metrics")).json()["tracing"]
     assert tracing["spans_started"] >= 12
     assert tracing["spans_dropped"] >= 1
     assert tracing["spans_dropped"] + len(receiver.spans) <= tracing["spans_started"]
 
 
-async def trio_sleep(seconds: float) -> None:
-    await trio.sleep(seconds)
-
-
 async def test_tracing_off_adds_no_header_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
-    async with running_simulator() as sim:
-        async with running_proxy(proxy_settings(sim)) as url:
-            messages = anthropic_client(url)
-            await messages.messages.create(
-                model=MODEL,
-                max_tokens=20,
-                messages=[{"role": "user", "content": "hi"}],
-                extra_headers={"traceparent": f"00-{INCOMING_TRACE}-{INCOMING_SPAN}-01"},
-            )
+    async with running_simulator() as sim, running_proxy(proxy_settings(sim)) as url:
+        messages = anthropic_client(url)
+        await messages.messages.create(
+            model=MODEL,
+            max_tokens=20,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"traceparent": f"00-{INCOMING_TRACE}-{INCOMING_SPAN}-01"},
+        )
         [call] = [r for r in await sim.received() if r["path"] == "/v1/messages"]
     # The native relay forwards the client's anthropic-* headers only, as before traces.
     assert "traceparent" not in {name.lower() for name, _ in call["headers"]}
