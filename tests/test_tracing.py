@@ -31,6 +31,7 @@ from support import (
 
 from trio_batcher.simulator import SimulatorConfig
 from trio_batcher.tracing import MissingTracingExtraError, check_tracing, tracing_requested
+from trio_batcher.tracing import _otel as otel
 
 MODEL = "claude-sonnet-4-5"
 CLIENT_KEY = "sk-client-key-never-in-a-span-7731"
@@ -59,8 +60,10 @@ def _server(receiver: Receiver, path: str) -> list[ReceivedSpan]:
 
 
 async def test_chat_stream_responses_calls_export_linked_genai_spans_without_keys_or_prompt(
-    receiver: Receiver, tmp_path: Path
+    receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Every wait a span, however short (by default only waits of 1 ms or more are).
+    monkeypatch.setattr(otel, "MIN_WAIT_SPAN_NS", 0)
     async with running_simulator() as sim:
         settings = proxy_settings(
             sim,
@@ -95,6 +98,8 @@ async def test_chat_stream_responses_calls_export_linked_genai_spans_without_key
     assert attributes["http.route"] == "/v1/chat/completions"
     assert attributes["http.response.status_code"] == 200
     assert attributes["trio_batcher.door"] == "openai.chat"
+    assert attributes["trio_batcher.gate_wait_s"] >= 0
+    assert attributes["trio_batcher.dispatch_wait_s"] >= 0
     # The tenant's name (a key of PROXY_API_KEYS is named by a digest), never the key.
     assert attributes["trio_batcher.tenant"].startswith("key-")
     children = {s.name: s for s in _children(receiver, server)}
@@ -216,7 +221,7 @@ async def test_metrics_count_spans_and_export_failures(
                     break
                 await trio.sleep(0.02)
     assert tracing["enabled"] is True
-    assert tracing["spans_started"] >= 4
+    assert tracing["spans_started"] >= 2
     assert tracing["export_failures"] >= 1
     assert tracing["spans_exported"] == 0
     assert tracing["spans_dropped"] == 0
@@ -241,7 +246,7 @@ async def test_a_full_queue_drops_spans_and_counts_them(
             )
         async with httpx2.AsyncClient() as http:
             tracing = (await http.get(f"{url}/metrics")).json()["tracing"]
-    assert tracing["spans_started"] >= 12
+    assert tracing["spans_started"] >= 6  # a SERVER and a CLIENT span per request
     assert tracing["spans_dropped"] >= 1
     assert tracing["spans_dropped"] + len(receiver.spans) <= tracing["spans_started"]
 

@@ -47,6 +47,8 @@ _PROVIDERS: Final = {"anthropic": "anthropic", "bedrock": "aws.bedrock", "vertex
 # The incoming headers the propagators may read; nothing else of the client's is looked at.
 _CONTEXT_HEADERS: Final = frozenset({b"traceparent", b"tracestate", b"baggage"})
 _SHUTDOWN_S: Final = 3.0
+# A queueing wait shorter than this is an attribute of the SERVER span, not a span.
+MIN_WAIT_SPAN_NS: Final = 1_000_000
 _DROP_LOG_EVERY_S: Final = 60.0
 
 
@@ -131,21 +133,28 @@ def _header(scope: Mapping[str, Any], wanted: bytes) -> str | None:
 
 @final
 class _Waiting(Waiting):
-    __slots__ = ("_attributes", "_name", "_parent", "_start", "_trace")
+    __slots__ = ("_attributes", "_name", "_start", "_trace")
 
-    def __init__(self, trace: _RequestTrace, name: str, attributes: Mapping[str, str]) -> None:
+    def __init__(self, trace: _RequestTrace, name: str, attributes: dict[str, Any]) -> None:
         self._trace: _RequestTrace | None = trace
         self._name = name
         self._attributes = attributes
         self._start = time.time_ns()
 
     def done(self) -> None:
-        # The span is made once the wait is over, with the wait's own start: nothing is
-        # held open while a request queues, and a wait cut short by a cancel still shows.
+        # Made once the wait is over, with the wait's own start: nothing is held open while
+        # a request queues, and a wait cut short by a cancel still shows. A wait too short
+        # to matter is only an attribute of the SERVER span: a span costs more CPU than the
+        # whole of most requests' gate and dispatch (docs/benchmarks.md, traces on vs off).
         trace, self._trace = self._trace, None
-        if trace is not None:
+        if trace is None:
+            return
+        now = time.time_ns()
+        waited = now - self._start
+        trace.waits[f"trio_batcher.{self._name.replace(' ', '_')}_s"] = waited / 1e9
+        if waited >= MIN_WAIT_SPAN_NS:
             span = trace.child(self._name, SpanKind.INTERNAL, self._attributes, self._start)
-            span.end()
+            span.end(now)
 
 
 @final
@@ -163,35 +172,29 @@ class _Attempt(AttemptTrace):
         propagate.inject(carrier, context=set_span_in_context(self._span))
         return tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items())
 
-    def _response(self, message: Mapping[str, Any]) -> None:
-        span = self._span
-        if isinstance(message.get("id"), str):
-            span.set_attribute("gen_ai.response.id", message["id"])
-        if isinstance(message.get("model"), str):
-            span.set_attribute("gen_ai.response.model", message["model"])
-        _set_usage(span, message.get("usage"))
-
     def replied(self, message: Mapping[str, Any]) -> None:
-        self._response(message)
-        stop = message.get("stop_reason")
-        if isinstance(stop, str):
-            self._span.set_attribute("gen_ai.response.finish_reasons", [stop])
+        attributes = _response(message)
+        _finish(attributes, message.get("stop_reason"))
         if self._capture:
-            self._span.set_attribute("gen_ai.output.messages", _content.output_messages(message))
+            attributes["gen_ai.output.messages"] = _content.output_messages(message)
+        self._span.set_attributes(attributes)
         self._span.end()
 
     def opened(self, message: Mapping[str, Any] | None) -> None:
-        if message is not None:
-            self._response(message)
-        first = time.monotonic() - self._started
-        self._span.set_attribute("gen_ai.response.time_to_first_chunk", first)
+        attributes = {} if message is None else _response(message)
+        attributes["gen_ai.response.time_to_first_chunk"] = time.monotonic() - self._started
+        self._span.set_attributes(attributes)
         self._span.add_event("gen_ai.first_chunk")
-        self._trace.streaming = self
+        if self._trace.ended:  # the client left while the stream was opening
+            self.stream_ended(499, {}, None)
+        else:
+            self._trace.streaming = self
 
     def stream_ended(self, status: int, usage: Mapping[str, Any], stop_reason: str | None) -> None:
-        _set_usage(self._span, usage)
-        if stop_reason is not None:
-            self._span.set_attribute("gen_ai.response.finish_reasons", [stop_reason])
+        attributes: dict[str, Any] = {}
+        _usage(attributes, usage)
+        _finish(attributes, stop_reason)
+        self._span.set_attributes(attributes)
         if status != 200:
             _fail(self._span, str(status))
         self._span.end()
@@ -199,6 +202,21 @@ class _Attempt(AttemptTrace):
     def failed(self, exc: BaseException) -> None:
         _fail(self._span, _error_type(exc))
         self._span.end()
+
+
+def _response(message: Mapping[str, Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    if isinstance(message.get("id"), str):
+        attributes["gen_ai.response.id"] = message["id"]
+    if isinstance(message.get("model"), str):
+        attributes["gen_ai.response.model"] = message["model"]
+    _usage(attributes, message.get("usage"))
+    return attributes
+
+
+def _finish(attributes: dict[str, Any], stop_reason: object) -> None:
+    if isinstance(stop_reason, str):
+        attributes["gen_ai.response.finish_reasons"] = [stop_reason]
 
 
 def _error_type(exc: BaseException) -> str:
@@ -218,7 +236,7 @@ def _fail(span: Span, error_type: str) -> None:
     span.set_status(Status(StatusCode.ERROR))
 
 
-def _set_usage(span: Span, usage: object) -> None:
+def _usage(attributes: dict[str, Any], usage: object) -> None:
     if not isinstance(usage, Mapping):
         return
     for field, name in (
@@ -229,24 +247,30 @@ def _set_usage(span: Span, usage: object) -> None:
     ):
         value = usage.get(field)
         if isinstance(value, int) and not isinstance(value, bool):
-            span.set_attribute(name, value)
+            attributes[name] = value
 
 
 @final
 class _RequestTrace(RequestTrace):
-    __slots__ = ("_context", "_ended", "_owner", "_span", "_status", "streaming")
+    __slots__ = ("_context", "_owner", "_span", "_status", "_tenant", "ended", "streaming", "waits")
 
     def __init__(self, owner: OtelTracing, span: Span) -> None:
         self._owner = owner
         self._span = span
         self._context = set_span_in_context(span)
         self._status: int | None = None
-        self._ended = False
+        self._tenant: str | None = None
+        self.ended = False
+        self.waits: dict[str, float] = {}  # set on the span at its end, with the status
         self.streaming: _Attempt | None = None
 
     @property
     def recording(self) -> bool:
         return True
+
+    @property
+    def trace_id(self) -> str | None:
+        return format(self._span.get_span_context().trace_id, "032x")
 
     def watch(self, send: Send) -> Send:
         async def watched(message: Message) -> None:
@@ -257,15 +281,12 @@ class _RequestTrace(RequestTrace):
         return watched
 
     def tenant(self, name: str) -> None:
-        self._span.set_attribute("trio_batcher.tenant", name)
+        self._tenant = name
 
     def child(
         self, name: str, kind: SpanKind, attributes: Mapping[str, Any], start: int | None = None
     ) -> Span:
-        self._owner.counts.started += 1
-        return self._owner.tracer.start_span(
-            name, context=self._context, kind=kind, attributes=attributes, start_time=start
-        )
+        return self._owner.start(name, self._context, kind, attributes, start)
 
     def waiting(self, name: str, **attributes: str) -> Waiting:
         return _Waiting(self, name, {f"trio_batcher.{k}": v for k, v in attributes.items()})
@@ -315,17 +336,21 @@ class _RequestTrace(RequestTrace):
             attempt.stream_ended(status, usage, stop_reason)
 
     def end(self) -> None:
-        if self._ended:
+        if self.ended:
             return
-        self._ended = True
-        self.stream_ended(499, {}, None)  # a stream whose relay never closed (cannot happen)
+        self.ended = True
+        self.stream_ended(499, {}, None)  # a stream still open: its client is gone
         span = self._span
+        attributes: dict[str, Any] = self.waits
+        if self._tenant is not None:
+            attributes["trio_batcher.tenant"] = self._tenant
+        if self._status is not None:
+            attributes["http.response.status_code"] = self._status
+        span.set_attributes(attributes)
         if self._status is None:
             _fail(span, "client_closed")
-        else:
-            span.set_attribute("http.response.status_code", self._status)
-            if self._status >= 500:
-                _fail(span, str(self._status))
+        elif self._status >= 500:
+            _fail(span, str(self._status))
         span.end()
 
 
@@ -383,7 +408,6 @@ class OtelTracing(Tracing):
             "http.route": path,
             "url.path": path,
             "url.scheme": scope.get("scheme", "http"),
-            "network.protocol.version": scope.get("http_version", "1.1"),
             "trio_batcher.door": door,
         }
         server = scope.get("server")
@@ -395,11 +419,25 @@ class OtelTracing(Tracing):
         agent = _header(scope, b"user-agent")
         if agent is not None:
             attributes["user_agent.original"] = agent
-        self.counts.started += 1
-        span = self.tracer.start_span(
-            f"{method} {path}", context=parent, kind=SpanKind.SERVER, attributes=attributes
-        )
+        span = self.start(f"{method} {path}", parent, SpanKind.SERVER, attributes)
         return _RequestTrace(self, span)
+
+    def start(
+        self,
+        name: str,
+        parent: Context | None,
+        kind: SpanKind,
+        attributes: Mapping[str, Any],
+        start: int | None = None,
+    ) -> Span:
+        """A span with ``attributes``, set after the sampler's decision: handed to
+        ``start_span`` they would be validated twice (once for the sampler, which ignores
+        them here, once for the span), and validating attributes is most of a span's cost."""
+        self.counts.started += 1
+        span = self.tracer.start_span(name, context=parent, kind=kind, start_time=start)
+        if span.is_recording():
+            span.set_attributes(attributes)
+        return span
 
     def statistics(self) -> dict[str, Any]:
         counts = self.counts

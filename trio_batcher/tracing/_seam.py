@@ -65,6 +65,11 @@ class RequestTrace:
     def recording(self) -> bool:
         return False
 
+    @property
+    def trace_id(self) -> str | None:
+        """The trace's id in hex (for a log line), or None when not recording."""
+        return None
+
     def watch(self, send: Send) -> Send:
         """``send`` wrapped to see the response's status (itself, when not recording)."""
         return send
