@@ -219,7 +219,6 @@ class Runtime:
             metrics=self.metrics,
             guard=self.guard,
             flex=self._flex_path(),
-            tracing=self.tracing,
         )
         self.prometheus = (
             PrometheusExporter(

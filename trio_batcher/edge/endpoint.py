@@ -34,7 +34,7 @@ from ..errors import ProxyError, forget_traceback
 from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from ..tenants import Tenant, TenantDirectory
-from ..tracing import NOOP_TRACE, RequestTrace
+from ..tracing import NOOP_TRACE, NOOP_TRACING, RequestTrace, Tracing
 from .auth import client_key, proxy_key_error
 from .body import LARGE_BODY_BYTES, PacedReceive, parse_json_body, read_body
 from .http import (
@@ -129,6 +129,9 @@ class ApiEndpoint:
         bring ``body.MIN_BYTES_PER_WINDOW`` or its end (``body.PacedReceive``), on every
         route, Quart's included; a client that trickles gets 408 and the connection is
         closed long before ``REQUEST_TIMEOUT_S``.
+      tracing: returns the running app's tracer (``tracing``): each door request is a
+        SERVER span, whose trace the door hands the pipeline; the no-op one while traces
+        are off or the app is not started.
     """
 
     def __init__(
@@ -142,8 +145,10 @@ class ApiEndpoint:
         body_timeout: float = math.inf,
         body_window: float = math.inf,
         quart_bodies: frozenset[str] = frozenset(),
+        tracing: Callable[[], Tracing] = lambda: NOOP_TRACING,
     ) -> None:
         self._inner = inner
+        self._tracing = tracing
         self._body_window = body_window
         # POST routes served by Quart that read their own body (the batch file upload
         # streams it to disk); every other Quart route gets its body drained here.
@@ -192,11 +197,12 @@ class ApiEndpoint:
             await without_a_body(self._inner, scope, receive, send)
             return
         pipeline = self._pipeline()
-        if pipeline is None or not pipeline.tracing.enabled:
+        tracing = self._tracing()
+        if pipeline is None or not tracing.enabled:
             await self._serve(door, pipeline, NOOP_TRACE, scope, receive, send)
             return
         # The SERVER span lasts until the answer is sent: a stream's last byte included.
-        trace = pipeline.tracing.request(scope, door.surface)
+        trace = tracing.request(scope, door.surface)
         try:
             await self._serve(door, pipeline, trace, scope, receive, trace.watch(send))
         finally:

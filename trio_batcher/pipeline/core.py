@@ -57,7 +57,7 @@ from ..errors import ProxyError
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
 from ..tenants import Tenant
-from ..tracing import NOOP_TRACE, NOOP_TRACING, RequestTrace, Tracing
+from ..tracing import NOOP_TRACE, RequestTrace
 from ..upstream.caller import MessagesCaller
 from ..upstream.client import UpstreamReply
 from ..upstream.request import UpstreamRequest
@@ -92,10 +92,8 @@ class Pipeline:
         metrics: MetricsRegistry | None,
         guard: TenantGuard | None = None,
         flex: FlexPath | None = None,
-        tracing: Tracing = NOOP_TRACING,
     ) -> None:
         self.settings = settings
-        self.tracing = tracing  # the edge starts each request's trace with it
         self._flex = flex
         self.metrics = metrics
         self._outcomes = Outcomes(metrics, gate.lanes)
