@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,8 @@ async def test_content_is_captured_only_when_asked(
 ) -> None:
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "my-gateway")
+    # No export on schedule: the spans arrive only because a graceful shutdown flushes them.
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")
     async with running_simulator() as sim, running_proxy(proxy_settings(sim)) as url:
         chat = openai_client(url)
         await chat.chat.completions.create(
@@ -199,6 +202,35 @@ async def test_content_is_captured_only_when_asked(
     assert '"role":"assistant"' in attempt.attributes["gen_ai.output.messages"]
     assert attempt.resource["service.name"] == "my-gateway"
     assert SIM_KEY.encode() not in receiver.raw
+
+
+async def test_a_stream_the_client_leaves_ends_its_spans_as_abandoned(
+    receiver: Receiver,
+) -> None:
+    config = SimulatorConfig(ttft_ms=10, tokens_per_s=20)  # a slow stream, ~60 tokens
+    body = {
+        "model": MODEL,
+        "max_tokens": 60,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    async with running_simulator(config) as sim, running_proxy(proxy_settings(sim)) as url:
+        async with (
+            httpx2.AsyncClient() as http,
+            http.stream("POST", f"{url}/v1/chat/completions", json=body) as response,
+            aclosing(response.aiter_bytes()) as chunks,
+        ):
+            async for _ in chunks:
+                break  # the first chunk, then the client hangs up
+        with trio.fail_after(10):
+            while not _server(receiver, "/v1/chat/completions"):  # noqa: ASYNC110
+                await trio.sleep(0.05)  # the export thread posts within its 50 ms schedule
+    [server] = _server(receiver, "/v1/chat/completions")
+    [attempt] = [s for s in _children(receiver, server) if s.kind == "CLIENT"]
+    assert attempt.attributes["error.type"] == "499"
+    assert attempt.attributes["gen_ai.response.time_to_first_chunk"] > 0
+    assert attempt.end_ns <= server.end_ns
+    assert server.attributes["http.response.status_code"] == 200  # the stream had started
 
 
 async def test_metrics_count_spans_and_export_failures(
