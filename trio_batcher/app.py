@@ -67,6 +67,7 @@ from .store.deployment import deployment_of
 from .store.owned import OwnedObjects
 from .store.purge import purge_expired_periodically
 from .tenants import TenantsWatcher
+from .tracing import NOOP_TRACING
 from .translation.anthropic_messages import error_reply as anthropic_error_reply
 from .translation.openai_chat import TranslationOptions
 from .upstream.batches import MessageBatchesClient
@@ -243,6 +244,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         body_window=settings.body_read_timeout_s,
         quart_bodies=frozenset({FILES_PATH, BATCHES_PATH, MESSAGE_BATCHES_PATH}),
         refusals=refusals,
+        tracing=lambda: app.runtime.tracing if app.runtime is not None else NOOP_TRACING,
     )
     hosts = HostPolicy(
         endpoint,
@@ -573,6 +575,7 @@ def create_app(settings: Settings | None = None) -> ProxyApp:
         if (counted := await batch_status.refresh()) is not None:
             snapshot["batches"] = counted
         snapshot["background"] = background.stats.snapshot()
+        snapshot["tracing"] = rt.tracing.statistics()
         return json_response(snapshot, headers=no_store)
 
     @app.get("/metrics/prometheus")

@@ -13,6 +13,7 @@ The files the settings name are read here too, not by ``Settings`` (which stays 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, final
@@ -26,6 +27,7 @@ from .admission.windows import WindowPolicy
 from .cluster.shared_state import SharedState
 from .cluster.spend import RedisSpendStore
 from .edge.models import ModelCatalogue, find_model
+from .logs import set_trace_ids_provider
 from .observatory.gc_pauses import GcPauses
 from .observatory.metrics import Gauges, MetricsRegistry
 from .observatory.pricing import TokenUsage, load_pricing
@@ -50,6 +52,7 @@ from .tenants import (
     read_tenants_file,
 )
 from .tenants.ledger import SpendLedger
+from .tracing import TracingConfigError, active_trace_ids, check_tracing, start_tracing
 from .upstream.batches import MessageBatchesClient
 from .upstream.client import UpstreamClient, new_upstream_pool
 from .upstream.resilience import Resilience, ResilienceConfig
@@ -69,8 +72,13 @@ def check_files(settings: Settings) -> None:
     Raises:
       SettingsError: naming ``PRICING_FILE``, ``TENANTS_FILE`` or ``UPSTREAMS_FILE`` with
         the file's problem (for an upstreams file, also an anthropic upstream whose key
-        variable is unset, and a kind whose pip extra is missing).
+        variable is unset, and a kind whose pip extra is missing), or the ``OTEL_*``
+        variable that asks for traces the gateway cannot send (the ``otel`` extra missing).
     """
+    try:
+        check_tracing(os.environ)
+    except TracingConfigError as exc:
+        raise SettingsError(exc.variable, exc.problem) from None
     pricing = None
     if settings.pricing_file is not None:
         try:
@@ -115,6 +123,11 @@ class Runtime:
 
     def __init__(self, settings: Settings, tenants: TenantsWatcher | None = None) -> None:
         self.settings = settings
+        # Traces (``OTEL_*``): the no-op tracer, importing nothing, unless an OTLP endpoint
+        # is set; with one, the SDK's export thread starts here, in the serving process.
+        self.tracing = start_tracing()
+        if self.tracing.enabled:  # JSON log lines carry the ids of the request they serve
+            set_trace_ids_provider(active_trace_ids)
         self.tenants = tenants or TenantsWatcher(None, proxy_api_keys=settings.proxy_api_keys)
         self.pricing = pricing = load_pricing(settings.pricing_file)
         self.http = new_upstream_pool(settings)
@@ -293,7 +306,8 @@ class Runtime:
         return self.flex.pending if self.flex is not None else 0
 
     async def aclose(self) -> None:
-        """Close every upstream's connections (the lifespan's end)."""
+        """Close every upstream's connections and flush the spans (the lifespan's end)."""
+        await self.tracing.aclose()
         await self.http.aclose()
         if self.settings.upstreams_file is not None:
             for steward in self.fleet.stewards:

@@ -145,7 +145,9 @@ class MessagesDoor(_AnthropicDoor):
         else:
             request = self.upstream_request(incoming, model, stream, facts_of)
         try:
-            return await pipeline.handle(request, _CODEC, incoming.arrived, incoming.tenant)
+            return await pipeline.handle(
+                request, _CODEC, incoming.arrived, incoming.tenant, incoming.trace
+            )
         except ProxyError as exc:
             if request.pinned is not None and exc.code == PINNED_UPSTREAM_GONE:
                 # The upstream that held the thread is gone from the configuration: the

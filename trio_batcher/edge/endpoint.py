@@ -35,6 +35,7 @@ from ..logs import RefusalLog, route_family
 from ..pipeline.contract import CLIENT_CLOSED, JSONReply, StreamReply
 from ..pipeline.core import Pipeline
 from ..tenants import Tenant, TenantDirectory
+from ..tracing import NOOP_TRACE, NOOP_TRACING, RequestTrace, Tracing, serving
 from .auth import client_key, proxy_key_error
 from .body import LARGE_BODY_BYTES, PacedReceive, parse_json_body, read_body
 from .http import (
@@ -131,6 +132,9 @@ class ApiEndpoint:
         closed long before ``REQUEST_TIMEOUT_S``.
       refusals: where the 4xx answered here are logged (``logs.refusals``), shared with
         the Quart routes' error handlers.
+      tracing: returns the running app's tracer (``tracing``): each door request is a
+        SERVER span, whose trace the door hands the pipeline; the no-op one while traces
+        are off or the app is not started.
     """
 
     def __init__(
@@ -145,9 +149,11 @@ class ApiEndpoint:
         body_window: float = math.inf,
         quart_bodies: frozenset[str] = frozenset(),
         refusals: RefusalLog | None = None,
+        tracing: Callable[[], Tracing] = lambda: NOOP_TRACING,
     ) -> None:
         self._inner = inner
         self._refusals = refusals or RefusalLog()
+        self._tracing = tracing
         self._body_window = body_window
         # POST routes served by Quart that read their own body (the batch file upload
         # streams it to disk); every other Quart route gets its body drained here.
@@ -195,13 +201,36 @@ class ApiEndpoint:
         if door is None or scope["method"] != "POST":
             await without_a_body(self._inner, scope, receive, send)
             return
-        arrived = trio.current_time()
         pipeline = self._pipeline()
+        tracing = self._tracing()
+        if pipeline is None or not tracing.enabled:
+            await self._serve(door, pipeline, NOOP_TRACE, scope, receive, send)
+            return
+        # The SERVER span lasts until the answer is sent: a stream's last byte included.
+        trace = tracing.request(scope, door.surface)
+        try:
+            with serving(trace):  # its log lines carry its trace's ids
+                await self._serve(door, pipeline, trace, scope, receive, trace.watch(send))
+        finally:
+            trace.end()
+
+    async def _serve(
+        self,
+        door: Door,
+        pipeline: Pipeline | None,
+        trace: RequestTrace,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """A door's request, from its key and body to its answer."""
+        arrived = trio.current_time()
         tenant: Tenant | None = None  # known once the key is: its refusals count under it
         try:
             if pipeline is None:
                 raise ProxyError(503, "The proxy is starting up.", code="starting")
             tenant = self._authenticate(scope)
+            trace.tenant(tenant.name)
             raw = None
             with trio.move_on_at(arrived + self._body_timeout) as reading:
                 raw = await read_body(scope, receive, self._max_body_bytes)
@@ -243,7 +272,7 @@ class ApiEndpoint:
         large = len(raw) >= LARGE_BODY_BYTES
         if not door.relays_body:
             raw = b""
-        handover = [Incoming(payload, raw, scope, arrived, large, tenant)]
+        handover = [Incoming(payload, raw, scope, arrived, large, tenant, trace)]
         del payload, raw
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_disconnect, receive, nursery.cancel_scope)

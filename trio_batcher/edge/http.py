@@ -19,6 +19,7 @@ import trio
 from ..errors import ProxyError
 from ..pipeline.contract import StreamReply
 from ..tenants import Tenant
+from ..tracing import NOOP_TRACE, RequestTrace
 from ..translation.anthropic_messages import error_reply as anthropic_error_reply
 
 log = logging.getLogger("trio_batcher")
@@ -47,6 +48,7 @@ class Incoming:
       arrived: ``trio.current_time()`` when the request arrived; its deadline counts from here.
       large: the body is large enough to translate off the event loop.
       tenant: who sent it (its key's tenant), or None where tenants are not checked.
+      trace: its trace (``tracing``; the no-op one while traces are off).
     """
 
     payload: object
@@ -55,6 +57,7 @@ class Incoming:
     arrived: float
     large: bool
     tenant: Tenant | None = None
+    trace: RequestTrace = NOOP_TRACE
 
     def release(self) -> None:
         """Forget the body (both forms); what the door built from it is all that remains."""

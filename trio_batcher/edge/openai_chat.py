@@ -79,7 +79,7 @@ class OpenAIChatDoor:
         del payload
         incoming.release()
         codec = OpenAIChatCodec(tr, completion_id=new_completion_id(), created=int(time.time()))
-        return await pipeline.handle(request, codec, arrived, incoming.tenant)
+        return await pipeline.handle(request, codec, arrived, incoming.tenant, incoming.trace)
 
     def error_reply(self, exc: ProxyError) -> JSONReply:
         return JSONReply(exc.body(), exc.headers, exc.status)

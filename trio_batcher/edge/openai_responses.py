@@ -159,7 +159,9 @@ class ResponsesDoor:
         codec = ResponsesCodec(tr, response_id=new_response_id(), created_at=int(time.time()))
         if tr.background:
             return await self._accept_background(pipeline, tr, codec, request, owner, incoming)
-        reply = await pipeline.handle(request, codec, incoming.arrived, incoming.tenant)
+        reply = await pipeline.handle(
+            request, codec, incoming.arrived, incoming.tenant, incoming.trace
+        )
         if not tr.store:
             return reply
         keep = _Keeper(self._store, tr, codec, owner, self._retention_s)

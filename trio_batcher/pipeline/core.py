@@ -58,6 +58,7 @@ from ..logs import decision_notes
 from ..observatory.metrics import MetricsRegistry, Timing
 from ..settings import Settings
 from ..tenants import Tenant
+from ..tracing import NOOP_TRACE, RequestTrace
 from ..upstream.caller import MessagesCaller
 from ..upstream.client import UpstreamReply
 from ..upstream.request import UpstreamRequest
@@ -135,10 +136,15 @@ class Pipeline:
         codec: ReplyCodec,
         arrived: float,
         tenant: Tenant | None = None,
+        trace: RequestTrace = NOOP_TRACE,
     ) -> JSONReply | StreamReply:
         """Answer one request for ``tenant`` (None: no tenant checks or fair share);
-        raises ``ProxyError`` (already ``codec.error``-ed) for anything but success."""
+        raises ``ProxyError`` (already ``codec.error``-ed) for anything but success.
+        ``trace``: the request's trace (``tracing``), which its waits and upstream
+        attempts are recorded under."""
         deadline = arrived + self.settings.request_timeout_s
+        if trace.recording:
+            request = replace(request, trace=trace)
         grant: TenantGrant | None = None
         notes = decision_notes()  # None unless DEBUG: the request's line (logs.decisions)
         if notes is not None:
@@ -199,6 +205,7 @@ class Pipeline:
         grant: TenantGrant | None,
     ) -> Slot:
         lane = self._gate.lanes.lane(request.deferrable)
+        waiting = request.trace.waiting("gate wait", lane=lane)
         try:
             slot = await self._gate.acquire(
                 deadline,
@@ -238,6 +245,8 @@ class Pipeline:
                 code=shed.reason,
                 headers=headers,
             ) from None
+        finally:
+            waiting.done()
         if self.metrics is not None:
             self.metrics.record_lane_admitted(lane)
         if request.notes is not None:
@@ -255,10 +264,12 @@ class Pipeline:
         grant: TenantGrant | None,
     ) -> JSONReply:
         dispatched: float | None = None
+        waiting = request.trace.waiting("dispatch wait")
 
         async def job() -> Served[UpstreamReply]:
             nonlocal dispatched
             dispatched = trio.current_time()
+            waiting.done()
             return await self._fleet.call(
                 request, _create_message, deadline=deadline, headers_of=_reply_headers_of
             )
@@ -281,6 +292,7 @@ class Pipeline:
             status = 500
             raise
         finally:
+            waiting.done()
             if status != 200:
                 if grant is not None:  # no usage: the request counts, its tokens do not
                     grant.refund() if dispatched is None else grant.settle(request.model, None)
@@ -318,6 +330,7 @@ class Pipeline:
         grant: TenantGrant | None,
     ) -> StreamReply:
         send, recv = trio.open_memory_channel[StreamEvent](_STREAM_BUFFER)
+        waiting = request.trace.waiting("dispatch wait")
         try:
             ticket: Ticket[None] = self._dispatcher.submit_nowait(
                 partial(
@@ -327,12 +340,14 @@ class Pipeline:
                     request,
                     deadline,
                     send,
+                    waiting,
                 ),
                 scope=request.model,
                 deferrable=request.deferrable,
             )
         except BaseException:
             # Refused (the dispatcher is shutting down): the slot is still ours to give back.
+            waiting.done()
             slot.release()
             if grant is not None:
                 grant.refund()

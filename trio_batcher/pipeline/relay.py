@@ -262,6 +262,7 @@ class StreamRelay:
             # token) stand in for them when that is more.
             usage["output_tokens"] = max(int(usage.get("output_tokens") or 0), self._tally.deltas)
         upstream = self._upstream_name
+        self._request.trace.stream_ended(self.status, usage, self._tally.stop_reason)
         if self._grant is not None:
             self._grant.settle(self._request.model, usage, upstream=upstream)
         timing = self.timing()

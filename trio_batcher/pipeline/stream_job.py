@@ -15,6 +15,7 @@ import trio
 
 from ..errors import ProxyError
 from ..settings import Settings
+from ..tracing import NOOP_WAITING, Waiting
 from ..upstream.caller import MessagesCaller, MessagesStream
 from ..upstream.errors import status_for_error_type, upstream_error
 from ..upstream.request import UpstreamRequest
@@ -35,6 +36,7 @@ async def pump_stream(
     request: UpstreamRequest,
     deadline: float,
     send: trio.MemorySendChannel[StreamEvent],
+    waiting: Waiting = NOOP_WAITING,
 ) -> None:
     """The stream job: relay upstream events into ``send`` until the stream ends.
 
@@ -47,7 +49,9 @@ async def pump_stream(
     stream and reading up to its first content event is one retryable attempt (on
     another upstream, with several: ``upstreams.fleet``); after that nothing is retried,
     because the client may already have content. Returns quietly if the reader went away.
+    ``waiting``: the request's dispatch wait (``tracing``), over once the job runs.
     """
+    waiting.done()
     complete = False
     async with send:
         with trio.move_on_at(deadline) as scope:

@@ -14,6 +14,7 @@ from typing import Any, Final, final
 
 from ..errors import ProxyError
 from ..logs import DecisionNotes
+from ..tracing import NOOP_TRACE, RequestTrace
 
 __all__ = ["ReplyHook", "UpstreamRequest", "encode_body", "outline"]
 
@@ -90,6 +91,9 @@ class UpstreamRequest:
         lane's share. Set by the gateway, never by a client's say-so.
       notes: what the stages decided for the request, for its DEBUG line
         (``logs.decisions``); None (and nothing noted) unless DEBUG is on.
+      trace: the request's trace (``tracing``), which the fleet records each upstream
+        attempt under; the no-op one unless traces are on. It travels with the request
+        because the attempt runs in a dispatcher or window task, not the request's own.
     """
 
     body: Mapping[str, Any]
@@ -106,3 +110,4 @@ class UpstreamRequest:
     service_tier: str | None = None
     deferrable: bool = False
     notes: DecisionNotes | None = field(default=None, compare=False, repr=False)
+    trace: RequestTrace = NOOP_TRACE

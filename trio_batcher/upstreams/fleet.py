@@ -37,6 +37,7 @@ existed -- retries with backoff on the same upstream, cooldowns waited out.
 
 Everything that happens is told to ``events`` (the observatory): each attempt's outcome per
 upstream, failovers and spills by cause, whether a continuing conversation kept its upstream.
+A traced request's attempts are each a span besides (``traced.TracedAttempts``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from .affinity import AffinityTable
 from .config import DEFAULT_NAME, AnthropicAccess, UpstreamSpec
 from .routing import Attempt, Route, Router, UpstreamState
 from .steward import Steward
+from .traced import TracedAttempts
 
 __all__ = ["PINNED_UPSTREAM_GONE", "Fleet", "RoutingEvents", "Served"]
 
@@ -252,7 +254,7 @@ class Fleet:
             del request
             waiting = trio.current_time()
             async with steward.slot(model_id):
-                call: Callable[[], Awaitable[T]] = partial(op, steward.caller, mapped)
+                call: Callable[[], Awaitable[T]] = _attempt_of(op, steward, mapped)
                 if notes is not None:  # DEBUG: each of resilience's attempts noted
                     notes.slot_wait += trio.current_time() - waiting
                     call = _noted(call, notes, steward, model_id)
@@ -289,6 +291,7 @@ class Fleet:
         retries = 0
         last: tuple[ProxyError, Failure, str] | None = None
         stewards = [s for s in self.stewards if request.pinned in (None, s.name)]
+        traced = TracedAttempts(op, request.trace) if request.trace.recording else None
         while True:
             states = [s.state(model, anthropic_only=only is not None) for s in stewards]
             affine = None if conversation is None else self.router.affinity.get(conversation)
@@ -323,7 +326,11 @@ class Fleet:
             notes = request.notes
             waiting = trio.current_time()
             async with steward.slot(attempt.model_id):
-                call: Callable[[], Awaitable[T]] = partial(op, steward.caller, mapped)
+                call: Callable[[], Awaitable[T]] = (
+                    partial(op, steward.caller, mapped)
+                    if traced is None
+                    else traced.bind(steward, mapped)
+                )
                 if notes is not None:  # DEBUG: the attempt noted
                     notes.slot_wait += trio.current_time() - waiting
                     call = _noted(call, notes, steward, attempt.model_id)
@@ -452,6 +459,16 @@ def _cause(exc: ProxyError) -> str:
     signal = classify(exc).signal
     status = exc.upstream_status
     return signal if status is None else f"{status}-{signal}"
+
+
+def _attempt_of(
+    op: Op[T], steward: Steward, request: UpstreamRequest
+) -> Callable[[], Awaitable[T]]:
+    """One attempt of ``op`` on ``steward``: each call of it a span when ``request`` is
+    traced (``traced``), else the bare call."""
+    if request.trace.recording:
+        return TracedAttempts(op, request.trace).bind(steward, request)
+    return partial(op, steward.caller, request)
 
 
 def _why_not(state: UpstreamState) -> str:

@@ -15,7 +15,7 @@ its path, so its body keeps one: this upstream's id for it (``request.model``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, final
+from typing import Any, Final, final
 
 import trio
 
@@ -41,6 +41,10 @@ from .google_credentials import GoogleCredentials
 from .vertex import VertexTarget, vertex_body, vertex_error
 
 __all__ = ["VertexClient"]
+
+# The request's headers a Vertex call carries: its betas, and (for a traced request) the
+# trace context of the attempt (``tracing``; the gateway adds these only when traces are on).
+_FORWARDED: Final = frozenset({b"anthropic-beta", b"traceparent", b"tracestate"})
 
 
 def _changed(source: Mapping[str, Any] | bytes, **changes: Any) -> dict[str, Any]:
@@ -141,6 +145,6 @@ class VertexClient:
             (b"content-type", b"application/json"),
             (b"accept", b"application/json"),
             *((name.encode("ascii"), value.encode("latin-1")) for name, value in auth.items()),
-            *((name, value) for name, value in request.headers if name == b"anthropic-beta"),
+            *((name, value) for name, value in request.headers if name in _FORWARDED),
         ]
         return await send(self._pool, b"POST", self._pool.url(path), headers, content)
