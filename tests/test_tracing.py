@@ -22,6 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 import trio
+from fleet_support import gateway_and_simulator
 from otlp_receiver import ReceivedSpan, Receiver, running_receiver
 from support import (
     SIM_KEY,
@@ -411,3 +412,22 @@ async def test_a_json_log_line_carries_the_trace_and_span_ids_of_its_request(
     (done,) = (line for line in lines if line["message"].startswith("request done"))
     [server] = _server(receiver, "/v1/chat/completions")
     assert (done["trace_id"], done["span_id"]) == (server.trace_id, server.span_id)
+
+
+@pytest.mark.parametrize("kind", ["bedrock", "vertex"])
+async def test_a_cloud_upstream_call_carries_the_attempts_trace_context(
+    receiver: Receiver, kind: str
+) -> None:
+    """Bedrock (the header signed with the rest, SigV4) and Vertex calls carry the attempt
+    span's ``traceparent`` as Anthropic's do; the simulated clouds check the signature."""
+    async with gateway_and_simulator(kind) as (url, sim):
+        chat = openai_client(url)
+        await chat.chat.completions.create(
+            model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+        received = await sim.received()
+    [server] = _server(receiver, "/v1/chat/completions")
+    [attempt] = [s for s in _children(receiver, server) if s.kind == "CLIENT"]
+    call = next(r for r in received if "/model/" in r["path"] or "Predict" in r["path"])
+    headers = {name.lower(): value for name, value in call["headers"]}
+    assert headers["traceparent"].startswith(f"00-{server.trace_id}-{attempt.span_id}-")

@@ -74,6 +74,19 @@ def _betas(request: UpstreamRequest) -> str | None:
     return ",".join(values) or None
 
 
+# A traced attempt's context (``tracing``: the gateway adds it only when traces are on).
+_TRACE_HEADERS: Final = frozenset({b"traceparent", b"tracestate"})
+
+
+def _trace_context(request: UpstreamRequest) -> dict[str, str]:
+    """The request's W3C trace context headers, for the call to carry (signed with it)."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in request.headers
+        if name in _TRACE_HEADERS
+    }
+
+
 @final
 class BedrockClient:
     """Claude on Bedrock for one region (or endpoint), signed with one AWS identity.
@@ -107,7 +120,11 @@ class BedrockClient:
         betas = _betas(request)
         path = self._target.path(request.model, stream=False)
         response = await self._post(
-            path, source, lambda: bedrock_body(source, betas), b"application/json"
+            path,
+            source,
+            lambda: bedrock_body(source, betas),
+            b"application/json",
+            _trace_context(request),
         )
         first_byte = trio.current_time()
         raw = await body_of_200(response, bedrock_error)
@@ -120,7 +137,11 @@ class BedrockClient:
         betas = _betas(request)
         path = self._target.path(request.model, stream=True)
         response = await self._post(
-            path, source, lambda: bedrock_body(source, betas), EVENT_STREAM.encode()
+            path,
+            source,
+            lambda: bedrock_body(source, betas),
+            EVENT_STREAM.encode(),
+            _trace_context(request),
         )
         await stream_start(response, EVENT_STREAM, bedrock_error)
         return UpstreamStream(response, started, trio.current_time(), EventStreamDecoder())
@@ -138,7 +159,9 @@ class BedrockClient:
             return json.dumps({"input": {"invokeModel": {"body": invoke}}}).encode()
 
         path = self._target.count_tokens_path(foundation_model(request.model))
-        response = await self._post(path, source, envelope, b"application/json")
+        response = await self._post(
+            path, source, envelope, b"application/json", _trace_context(request)
+        )
         first_byte = trio.current_time()
         raw = await body_of_200(response, bedrock_error)
         try:
@@ -176,9 +199,11 @@ class BedrockClient:
         source: Mapping[str, Any] | bytes,
         build: Callable[[], bytes],
         accept: bytes,
+        trace: Mapping[str, str],
     ) -> PooledResponse:
         """Build the body (``build``, off the loop for a large ``source``), sign it for
-        ``path`` with the current keys, and send it."""
+        ``path`` with the current keys, and send it. ``trace``: the attempt's trace
+        context headers (none unless traces are on), signed with the rest."""
         try:
             keys = await self._credentials.get()
         except ProxyError:
@@ -186,7 +211,7 @@ class BedrockClient:
         except Exception as exc:
             raise credentials_failed("AWS credentials", exc) from None
         url = self._origin + path
-        headers = {"content-type": "application/json", "accept": accept.decode()}
+        headers = {"content-type": "application/json", "accept": accept.decode(), **trace}
 
         def signed() -> tuple[bytes, dict[str, str]]:
             content = check_size(build())
