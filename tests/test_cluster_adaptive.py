@@ -183,3 +183,35 @@ async def test_an_acquire_reply_counts_the_instances_alive(
     await registry_b.heartbeat()  # b joins; a has not heartbeaten since
     await semaphore.acquire("a0")
     assert registry_a.last_seen_alive == 2
+
+
+async def test_a_cut_reaches_a_busy_instance_at_once_and_binds_its_block(
+    two_links: tuple[RedisLink, RedisLink],
+) -> None:
+    """Slots come from blocks, without a round trip per request, so an instance no longer
+    learns the limit from its acquires: a cut is announced, and every instance syncs at
+    once, busy or not; its block then grants no more than its new due."""
+    (sem_a, a), (sem_b, b) = (
+        _instance(link, name) for link, name in zip(two_links, "ab", strict=True)
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sem_a.run)
+        await nursery.start(sem_b.run)
+        for i in range(8):
+            await sem_b.acquire(f"b{i}")  # b's block: 8 of the 10, all in use
+        a.on_overload(0)
+        await trio.sleep(0.2)  # the subscriptions' first callbacks (a sync each) are over
+        await a.flush()  # limit 5, epoch 1: b asked Redis nothing since
+        with trio.fail_after(0.5):  # a renewal would take ttl / 3 (1.7 s)
+            while sem_b.seen_capacity != 5:  # noqa: ASYNC110 (another instance's news)
+                await trio.sleep(0.005)
+        assert b.limit == 5
+        for i in range(3):  # down to 5 in use: as many as the limit allows
+            await sem_b.release(f"b{i}")
+        with trio.move_on_after(0.2) as waited:
+            await sem_b.acquire("b-next")
+        assert waited.cancelled_caught  # the cut binds: no new slot until below 5
+        await sem_b.release("b3")
+        with trio.fail_after(1):
+            await sem_b.acquire("b-next")
+        nursery.cancel_scope.cancel()

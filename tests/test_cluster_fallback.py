@@ -102,7 +102,8 @@ class FakeLink:
         max_backoff_s: float = 2.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        self.on_message = on_message
+        if channel.endswith(":released"):  # (not the adaptive limit's channel)
+            self.on_message = on_message
         task_status.started()
         await trio.sleep_forever()
 

@@ -56,8 +56,9 @@ _MAX_OPS: Final = 64
 
 # KEYS: the limit hash. ARGV: maximum, minimum, factor, idle ttl ms, channel, then triples
 # (kind 'c' clean / 'f' failure / 'o' overload, epoch, count).
-# Returns {limit, epoch, increases, decreases}. Publishes on the channel when it raised the
-# limit, so that waiting heads on every instance try again.
+# Returns {limit, epoch, increases, decreases}. Publishes on the channel when it moved the
+# limit, so that every instance syncs its block with it at once: a raise lets waiting heads
+# grow, a cut makes each instance grant no more than its new due and give the rest back.
 REPORT = LuaScript(
     "adaptive_report",
     """
@@ -81,6 +82,7 @@ for i = 6, #ARGV, 3 do
       if cut ~= limit then
         limit = cut
         decreases = decreases + 1
+        raised = true  -- (moved: the channel tells the others either way)
       end
     elseif kind == 'f' then
       clean = 0
@@ -242,7 +244,7 @@ class SharedAdaptiveLimit:
             self._min,
             repr(self._factor),
             self._idle_ttl_ms,
-            self._semaphore.channel,
+            self._semaphore.limit_channel,
         ]
         for op in ops:
             args.extend(op)

@@ -169,6 +169,8 @@ class LeaseSemaphore:
         self._instance = instance_id
         self.limit_key = link.key("sem", name, "limit")
         self.channel = link.key("sem", name, "released")
+        # Where the shared adaptive limit announces a move (``adaptive``): always a sync.
+        self.limit_channel = link.key("sem", name, "limit-moved")
         # Without a registry, ZCOUNT of a key that never exists: the reply says 0 alive.
         self._keys = [
             *(link.key("sem", name, part) for part in ("blocks", "wants", "used", "expiry")),
@@ -468,8 +470,15 @@ class LeaseSemaphore:
             self._want_sync()  # someone may be short: offer what is idle
         self._poke_head()
 
+    def _on_limit_moved(self) -> None:
+        """The cluster's adaptive limit moved: sync now, busy or not, so a cut binds here
+        within a round trip (and a raise lets a waiting head grow)."""
+        self._news = True
+        self._want_sync()
+        self._poke_head()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The background half, for the owner's nursery: the channel's listener and the
+        """The background half, for the owner's nursery: the channels' listeners and the
         renewer. Runs until cancelled; Redis failures never end it."""
         async with trio.open_nursery() as nursery:
             await nursery.start(
@@ -477,6 +486,7 @@ class LeaseSemaphore:
                     self._link.listen, self.channel, self._on_message, ignore=self._instance
                 )
             )
+            await nursery.start(self._link.listen, self.limit_channel, self._on_limit_moved)
             nursery.start_soon(self._maintain)
             task_status.started()
 
